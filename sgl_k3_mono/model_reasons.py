@@ -1,0 +1,196 @@
+"""Per-layer refusals after SGLang has loaded the model, before any collective.
+
+`model_disable_reasons(model, hf_config, copies)` walks the decoder layers and checks
+every tensor a launch reads where SGLang's standard path leaves it: the module is there,
+its quantization is one the launch reads, its dtype and per-rank shape are what the
+launch is built for. It returns one line per problem, naming the layer and the module
+and what would be accepted, so a user sees everything at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sgl_k3_mono.dims import K3Dims
+
+PLAIN = "UnquantizedLinearMethod"
+"""SGLang's quant method of a bf16 linear layer: the only one the launches read."""
+EXPERT_FORMATS = ("UnquantizedFusedMoEMethod", "Mxfp4MoEMethod")
+"""Routed-expert quant methods K2 reads (bf16, or MXFP4 in SGLang's unshuffled layout)."""
+
+
+def language_model(model: Any) -> Any:
+    """KimiK3LinearForCausalLM of a KimiK3ForConditionalGeneration, or the model itself."""
+    return getattr(model, "language_model", model)
+
+
+def tp_size() -> int:
+    from sglang.srt.distributed import get_tensor_model_parallel_world_size
+
+    return get_tensor_model_parallel_world_size()
+
+
+class _Reasons:
+    """Collects one line per problem, each prefixed with the layer it is in."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, where: str, text: str) -> None:
+        self.lines.append(f"{where}: {text}")
+
+    def module(self, where: str, parent: Any, path: str) -> Optional[Any]:
+        obj = parent
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                self.add(where, f"{path} is missing (the launch reads it)")
+                return None
+        return obj
+
+    def tensor(self, where: str, name: str, t: Any, shape: tuple, dtype: str) -> None:
+        import torch
+
+        if not isinstance(t, torch.Tensor):
+            self.add(where, f"{name} is missing (the launch reads a {dtype} {list(shape)} tensor)")
+            return
+        got_dtype = str(t.dtype).replace("torch.", "")
+        if got_dtype != dtype or tuple(t.shape) != tuple(shape):
+            self.add(where, f"{name} is {got_dtype} {list(t.shape)}; the launch reads {dtype} {list(shape)}")
+
+    def linear(self, where: str, parent: Any, path: str, shape: tuple) -> None:
+        mod = self.module(where, parent, path)
+        if mod is None:
+            return
+        method = type(getattr(mod, "quant_method", None)).__name__
+        if method != PLAIN:
+            self.add(where, f"{path} is quantized ({method}); the launch reads bf16 weights "
+                     f"({PLAIN})")
+            return
+        self.tensor(where, f"{path}.weight", getattr(mod, "weight", None), shape, "bfloat16")
+
+    def norm(self, where: str, parent: Any, path: str, width: int) -> None:
+        mod = self.module(where, parent, path)
+        if mod is not None:
+            self.tensor(where, f"{path}.weight", getattr(mod, "weight", None), (width,), "bfloat16")
+
+
+def _kda(r: _Reasons, where: str, attn: Any, d: K3Dims) -> None:
+    """What K1 reads of a KimiK3DeltaAttention."""
+    H, P, h, f = d.hidden, d.kda_proj_local, d.kda_heads_local, d.kda_f_rank
+    r.linear(where, attn, "fused_qkvg_proj", (4 * P, H))
+    merged = getattr(attn, "_qkvgbfa_layer", None)
+    bfa = getattr(attn, "_bfa_w", None)
+    if merged is not None:
+        rows = 4 * P + f + h
+        r.tensor(where, "_qkvgbfa_layer.weight", merged.weight, (rows + (-rows) % 8, H), "bfloat16")
+    elif bfa is not None:
+        rows = f + h
+        r.tensor(where, "_bfa_w", bfa, (rows + (-rows) % 8, H), "bfloat16")
+    else:
+        r.linear(where, attn, "f_a_proj", (f, H))
+        r.linear(where, attn, "b_proj", (h, H))
+    r.linear(where, attn, "f_b_proj", (P, f))
+    conv = r.module(where, attn, "qkv_conv1d")
+    if conv is not None:
+        r.tensor(where, "qkv_conv1d.weight", conv.weight, (3 * P, 1, d.conv_width), "float32")
+    a_log = getattr(attn, "A_log", None)
+    r.tensor(where, "A_log", None if a_log is None else a_log.reshape(-1), (h,), "float32")
+    r.tensor(where, "dt_bias", getattr(attn, "dt_bias", None), (P,), "float32")
+    r.norm(where, attn, "o_norm", d.kda_head_dim)
+    r.linear(where, attn, "o_proj", (H, P))
+    inner = r.module(where, attn, "attn")
+    if inner is not None and getattr(inner, "lower_bound", None) != d.gate_lower_bound:
+        r.add(where, f"attn.lower_bound is {getattr(inner, 'lower_bound', None)!r}; K1 applies the "
+              f"safe gate with the config's {d.gate_lower_bound!r}")
+
+
+def _mla(r: _Reasons, where: str, attn: Any, d: K3Dims) -> None:
+    """What K2 reads of a KimiK3MLAAttention: its o_proj (SGLang runs the rest)."""
+    if getattr(attn, "g_proj", None) is None:
+        r.add(where, "g_proj (the MLA output gate) is missing; K2 expects the gated output")
+    r.linear(where, attn, "o_proj", (d.hidden, d.mla_out_local))
+
+
+def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
+    method = type(getattr(experts, "quant_method", None)).__name__
+    E, L, I = d.experts, d.latent, d.expert_inter_local
+    if method == "UnquantizedFusedMoEMethod":
+        r.tensor(where, "experts.w13_weight", getattr(experts, "w13_weight", None), (E, 2 * I, L), "bfloat16")
+        r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I), "bfloat16")
+    elif method == "Mxfp4MoEMethod":
+        w13 = getattr(experts, "w13_weight", None)
+        if getattr(w13, "is_shuffled", False) or getattr(experts, "w2_weight", None) is not None and \
+                getattr(experts.w2_weight, "is_shuffled", False):
+            r.add(where, "experts hold AITER's preshuffled MXFP4 layout; K2 reads SGLang's unshuffled "
+                  "MXFP4 layout [E, 2I, L/2] + ue8m0 scales (the preshuffle reader is not in this version)")
+            return
+        r.tensor(where, "experts.w13_weight", w13, (E, 2 * I, L // 2), "uint8")
+        r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),
+                 (E, 2 * I, L // 32), "uint8")
+        r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I // 2), "uint8")
+        r.tensor(where, "experts.w2_weight_scale", getattr(experts, "w2_weight_scale", None),
+                 (E, L, I // 32), "uint8")
+    else:
+        r.add(where, f"routed experts use {method}; K2 reads {list(EXPERT_FORMATS)}")
+
+
+def _moe(r: _Reasons, where: str, mlp: Any, d: K3Dims) -> None:
+    """What K2 reads of a KimiK3MoE."""
+    H, L, S = d.hidden, d.latent, d.shared_inter_local
+    gate = r.module(where, mlp, "gate")
+    if gate is not None:
+        r.tensor(where, "gate.weight", getattr(gate, "weight", None), (d.experts, H), "bfloat16")
+        r.tensor(where, "gate.e_score_correction_bias", getattr(gate, "e_score_correction_bias", None),
+                 (d.experts,), "float32")
+    r.linear(where, mlp, "shared_experts.gate_up_proj", (2 * S, H))
+    r.linear(where, mlp, "shared_experts.down_proj", (H, S))
+    r.linear(where, mlp, "routed_expert_down_proj", (L, H))
+    r.linear(where, mlp, "routed_expert_up_proj", (H, L))
+    r.norm(where, mlp, "routed_expert_norm", L)
+    experts = r.module(where, mlp, "experts")
+    if experts is not None:
+        _experts(r, where, experts, d)
+
+
+def _seam(r: _Reasons, where: str, layer: Any, d: K3Dims, side: str) -> None:
+    """The attn-res seam a launch begins with: its score projection and two norms."""
+    res, out = ("self_attention_res", "input_layernorm") if side == "attn" else ("mlp_res", "post_attention_layernorm")
+    r.norm(where, layer, f"{res}_norm", d.hidden)
+    r.linear(where, layer, f"{res}_proj", (1, d.hidden))
+    r.norm(where, layer, out, d.hidden)
+
+
+def model_disable_reasons(model: Any, hf_config: Any, copies: dict, *, tp: Optional[int] = None) -> list[str]:
+    """Every reason the loaded model's layers cannot run the launches."""
+    d = K3Dims.from_config(hf_config, tp=tp or tp_size())
+    r = _Reasons()
+    layers = getattr(getattr(language_model(model), "model", None), "layers", None)
+    if layers is None:
+        return [f"{type(model).__name__} has no language_model.model.layers: not a Kimi-K3 model SGLang built"]
+    if len(layers) != d.layers:
+        r.add("model", f"{len(layers)} decoder layers are built, the config has {d.layers} "
+              "(pipeline stages are not served)")
+    for i, layer in enumerate(layers):
+        where = f"layer {i}"
+        attn = getattr(layer, "self_attn", None)
+        kind = type(attn).__name__
+        if d.is_kda(i):
+            if kind != "KimiK3DeltaAttention":
+                r.add(where, f"self_attn is {kind}; the config makes it a KDA layer for K1")
+            else:
+                _seam(r, where, layer, d, "attn")
+                _kda(r, where, attn, d)
+        elif kind != "KimiK3MLAAttention":
+            r.add(where, f"self_attn is {kind}; the config makes it an MLA layer")
+        if not d.is_moe(i):
+            continue
+        if kind == "KimiK3MLAAttention":
+            _mla(r, where, attn, d)
+        mlp = getattr(layer, "mlp", None)
+        if type(mlp).__name__ != "KimiK3MoE":
+            r.add(where, f"mlp is {type(mlp).__name__}; K2 runs a KimiK3MoE layer")
+            continue
+        _seam(r, where, layer, d, "ffn")
+        _moe(r, where, mlp, d)
+    return r.lines
