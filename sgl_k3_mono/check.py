@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import logging
-import os
 import sys
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -241,11 +239,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--isa", default="gfx950", help="the GPU ISA to ask about: gfx950 (MI355X) or sm_90 (H200)")
     parser.add_argument("--verbose", action="store_true", help="show SGLang's resolution log")
     args, server_flags = parser.parse_known_args(argv)
-    if not args.verbose:
+    quiet = contextlib.ExitStack()
+    if not args.verbose:  # SGLang's resolution logs a lot that is not the answer
         logging.disable(logging.WARNING)
-        os.environ.setdefault("TQDM_DISABLE", "1")
-    sink = io.StringIO()
-    with contextlib.redirect_stderr(sink) if not args.verbose else contextlib.nullcontext():
+        quiet.callback(logging.disable, logging.NOTSET)
+        quiet.enter_context(contextlib.redirect_stderr(io.StringIO()))
+    with quiet:
         verdict = resolve(server_flags, args.isa)
     print(report(verdict, args.isa))
     if verdict.error:

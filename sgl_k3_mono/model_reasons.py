@@ -25,9 +25,10 @@ def language_model(model: Any) -> Any:
 
 
 def tp_size() -> int:
-    from sglang.srt.distributed import get_tensor_model_parallel_world_size
+    """The TP size SGLang sharded the weights over (attention TP is TP: no DP attention)."""
+    from sglang.srt.runtime_context import get_parallel
 
-    return get_tensor_model_parallel_world_size()
+    return get_parallel().tp_group.world_size
 
 
 class _Reasons:

@@ -1,0 +1,211 @@
+"""Per-layer refusals on a Kimi-K3 model SGLang itself built (tiny config, CPU), and
+SGLang's install_monokernel_forward driving them and the build hook."""
+
+from __future__ import annotations
+
+import types
+
+import msgspec
+import pytest
+import torch
+
+from support.sglang_cpu import build_model, fake_device, publish, server_args
+
+ARCH = "KimiK3ForConditionalGeneration"
+
+
+@pytest.fixture(scope="module")
+def model(tiny_config_dir):
+    return build_model(tiny_config_dir)
+
+
+@pytest.fixture
+def swap():
+    """setattr that restores nn.Module children too (pytest's monkeypatch deletes a
+    registered submodule on undo instead of putting it back)."""
+    undo = []
+
+    def _swap(obj, name, value):
+        undo.append((obj, name, getattr(obj, name)))
+        setattr(obj, name, value)
+
+    yield _swap
+    for obj, name, old in reversed(undo):
+        setattr(obj, name, old)
+
+
+def reasons(model):
+    from sgl_k3_mono.model_reasons import model_disable_reasons
+
+    return model_disable_reasons(model, model.config, {})
+
+
+def layer(model, i):
+    return model.language_model.model.layers[i]
+
+
+class Fp8LinearMethod:  # named like SGLang's: the refusal reads the class name
+    pass
+
+
+class Fp8MoEMethod(torch.nn.Module):  # FusedMoE holds its quant method as a child module
+    pass
+
+
+class Mxfp4MoEMethod(torch.nn.Module):
+    pass
+
+
+class FakeExperts(torch.nn.Module):
+    """Stands in for a FusedMoE whose loader left MXFP4 tensors."""
+
+    def __init__(self, method, **tensors):
+        super().__init__()
+        self.quant_method = method
+        for name, t in tensors.items():
+            self.register_buffer(name, t)
+
+
+def test_sglang_built_model_has_no_reason(model):
+    assert reasons(model) == []
+
+
+def test_quantized_in_projection(model, swap):
+    swap(layer(model, 1).self_attn.fused_qkvg_proj, "quant_method", Fp8LinearMethod())
+    assert reasons(model) == ["layer 1: fused_qkvg_proj is quantized (Fp8LinearMethod); the launch reads bf16 "
+                              "weights (UnquantizedLinearMethod)"]
+
+
+def test_conv_weight_dtype(model, swap):
+    conv = layer(model, 0).self_attn.qkv_conv1d
+    swap(conv.weight, "data", conv.weight.detach().bfloat16())
+    assert reasons(model) == ["layer 0: qkv_conv1d.weight is bfloat16 [768, 1, 4]; the launch reads float32 "
+                              "[768, 1, 4]"]
+
+
+def test_split_gates_are_read_when_not_merged(model, swap):
+    attn = layer(model, 2).self_attn
+    swap(attn, "_bfa_w", None)
+    assert reasons(model) == []  # f_a_proj and b_proj are read instead
+    swap(attn, "f_a_proj", None)
+    assert reasons(model) == ["layer 2: f_a_proj is missing (the launch reads it)"]
+
+
+def test_unsupported_expert_format(model, swap):
+    swap(layer(model, 3).mlp, "experts", FakeExperts(Fp8MoEMethod()))
+    assert reasons(model) == ["layer 3: routed experts use Fp8MoEMethod; K2 reads ['UnquantizedFusedMoEMethod', "
+                              "'Mxfp4MoEMethod']"]
+
+
+def _mxfp4(swap, mlp, shuffled=False):
+    E, two_i, L = mlp.experts.w13_weight.shape
+    I = two_i // 2
+    u8 = dict(dtype=torch.uint8)
+    fake = FakeExperts(Mxfp4MoEMethod(), w13_weight=torch.zeros(E, two_i, L // 2, **u8),
+                       w13_weight_scale=torch.zeros(E, two_i, L // 32, **u8),
+                       w2_weight=torch.zeros(E, L, I // 2, **u8), w2_weight_scale=torch.zeros(E, L, I // 32, **u8))
+    if shuffled:  # what SGLang's AITER path tags its preshuffled tensors with
+        fake.w13_weight.is_shuffled = fake.w2_weight.is_shuffled = True
+    swap(mlp, "experts", fake)
+
+
+def test_mxfp4_experts_in_sglang_layout_are_read(model, swap):
+    _mxfp4(swap, layer(model, 1).mlp)
+    assert reasons(model) == []
+
+
+def test_aiter_preshuffled_mxfp4_is_refused(model, swap):
+    _mxfp4(swap, layer(model, 1).mlp, shuffled=True)
+    assert reasons(model) == ["layer 1: experts hold AITER's preshuffled MXFP4 layout; K2 reads SGLang's "
+                              "unshuffled MXFP4 layout [E, 2I, L/2] + ue8m0 scales (the preshuffle reader is "
+                              "not in this version)"]
+
+
+def test_mla_layer(model, swap):
+    attn = layer(model, 3).self_attn
+    swap(attn.o_proj.weight, "data", attn.o_proj.weight.detach().to(torch.float8_e4m3fn))
+    swap(attn, "g_proj", None)
+    assert reasons(model) == [
+        "layer 3: g_proj (the MLA output gate) is missing; K2 expects the gated output",
+        "layer 3: o_proj.weight is float8_e4m3fn [256, 128]; the launch reads bfloat16 [256, 128]",
+    ]
+
+
+def test_every_problem_is_listed_at_once(model, swap):
+    bias = layer(model, 1).mlp.gate.e_score_correction_bias
+    swap(bias, "data", bias.detach().bfloat16())
+    swap(layer(model, 2).self_attn.attn, "lower_bound", None)
+    swap(layer(model, 3).mlp.shared_experts.down_proj, "quant_method", Fp8LinearMethod())
+    assert reasons(model) == [
+        "layer 1: gate.e_score_correction_bias is bfloat16 [16]; the launch reads float32 [16]",
+        "layer 2: attn.lower_bound is None; K1 applies the safe gate with the config's -5.0",
+        "layer 3: shared_experts.down_proj is quantized (Fp8LinearMethod); the launch reads bf16 weights "
+        "(UnquantizedLinearMethod)",
+    ]
+
+
+def test_not_a_kimi_k3_model():
+    from sgl_k3_mono.model_reasons import model_disable_reasons
+
+    assert model_disable_reasons(torch.nn.Linear(2, 2), types.SimpleNamespace(text_config={
+        "num_hidden_layers": 1, "hidden_size": 2, "vocab_size": 2, "num_attention_heads": 1}), {}, tp=1) == [
+        "Linear has no language_model.model.layers: not a Kimi-K3 model SGLang built"]
+
+
+def test_mutations_above_are_undone(model):
+    assert reasons(model) == []
+
+
+# ---- SGLang's install_monokernel_forward with this spec --------------------------------
+
+from sgl_k3_mono.spec import SPEC  # noqa: E402
+
+# The tiny model is not Kimi-K3's size, which the resolution-time checks refuse; install
+# only runs the after-load checks and build, so the test publishes (resolves) without
+# the size checks, at TP 1 on sm_90.
+INSTALL_SPEC = msgspec.structs.replace(
+    SPEC, config_disable_reasons=None, requires=msgspec.structs.replace(SPEC.requires, hf_config={}))
+
+
+@pytest.fixture
+def installing(model, tiny_config_dir, private_registry, monkeypatch):
+    from sglang.kernels.plugin_kernels.amd.spec import register
+    from sglang.srt.kernel_plugins.amd import binding
+
+    register(backend="amd", architecture=ARCH, path=f"{__name__}:INSTALL_SPEC")
+    monkeypatch.setattr(binding, "device_isa", lambda: "sm_90")
+    publish(server_args(tiny_config_dir, enable_amd_monokernel=True, attention_backend="fa3"))
+    yield
+    publish(server_args(tiny_config_dir))
+
+
+def test_install_runs_model_checks_then_build_says_what_is_missing(model, installing, monkeypatch):
+    from sglang.srt.kernel_plugins.amd.binding import install_monokernel_forward
+
+    from sgl_k3_mono.build import MISSING, NotBuildable
+
+    fake_device(monkeypatch, isa="sm_90", compute_units=132)
+    original = model.forward
+    with pytest.raises(NotBuildable) as e:
+        install_monokernel_forward(model=model, hf_config=model.config, capture_tail_hooks=[])
+    assert str(e.value) == MISSING and "not in this version" in MISSING
+    assert model.forward == original  # nothing installed
+
+
+def test_install_refuses_model_reasons_on_every_rank_before_build(model, installing, monkeypatch, swap):
+    from sglang.srt.kernel_plugins.amd.binding import install_monokernel_forward
+
+    fake_device(monkeypatch, isa="sm_90", compute_units=132)
+    swap(layer(model, 1).mlp, "experts", FakeExperts(Fp8MoEMethod()))
+    with pytest.raises(ValueError) as e:
+        install_monokernel_forward(model=model, hf_config=model.config, capture_tail_hooks=[])
+    assert str(e.value) == ("--enable-amd-monokernel: rank 0: layer 1: routed experts use Fp8MoEMethod; K2 reads "
+                            "['UnquantizedFusedMoEMethod', 'Mxfp4MoEMethod']")
+
+
+def test_install_refuses_a_partitioned_gpu(model, installing, monkeypatch):
+    from sglang.srt.kernel_plugins.amd.binding import install_monokernel_forward
+
+    fake_device(monkeypatch, isa="sm_90", compute_units=114)  # e.g. an H100 PCIe, or an MIG slice
+    with pytest.raises(ValueError, match="partitioned GPUs: 114 compute units, the launch grid needs 132"):
+        install_monokernel_forward(model=model, hf_config=model.config, capture_tail_hooks=[])
