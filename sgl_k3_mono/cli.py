@@ -11,7 +11,6 @@ COMMANDS = {
     "check": ("sgl_k3_mono.check", "would --enable-amd-monokernel serve this setup (no GPU needed)"),
     "make-checkpoint": ("sgl_k3_mono.checkpoint", "write a random-weight Kimi-K3-shaped HF checkpoint"),
     "drift": ("sgl_k3_mono.drift", "compare the SGLang functions the launches reproduce with their digests"),
-    "bench": ("sgl_k3_mono.bench", "time a launch against SGLang's standard path and the byte floor (GPU)"),
 }
 
 
