@@ -27,6 +27,8 @@ Where SGLang 0.5.23's standard path rounds, per `isa`:
   expert's gate_up to bf16 before SiTU). SGLang's CPU path drops routed_scaling_factor:
   != 1 is refused.
 
+Every GEMM is bf16 x bf16 with an fp32 result (`linear`: accumulated exactly, rounded
+once), then rounded to bf16 wherever SGLang stores bf16.
 The GPU expert runners (AITER a16w4, cutlass) fuse SiTU into the first GEMM's epilogue,
 so the reference does not round gate/up before SiTU there; it rounds the activation and
 each expert's output to bf16 and sums the k weighted outputs in fp32 in top-k slot order.

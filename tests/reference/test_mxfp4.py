@@ -146,10 +146,12 @@ def small_mxfp4_moe():
         for e in range(d.experts):
             w13, s13, w2, s2 = store.packed(e)
             for proj, w, s in (("w1", w13[:i], s13[:i]), ("w3", w13[i:], s13[i:]), ("w2", w2, s2)):
-                ckpt += [(f"{name}.{e}.{proj}.weight_packed", w.clone()), (f"{name}.{e}.{proj}.weight_scale", s.clone())]
+                ckpt += [(f"{name}.{e}.{proj}.weight_packed", w.clone()),
+                         (f"{name}.{e}.{proj}.weight_scale", s.clone())]
         model.load_weights(iter(ckpt))
         held = Mxfp4Experts(ex.w13_weight.data.clone(), ex.w13_weight_scale.data.clone(),
-                            ex.w2_weight.data.clone(), ex.w2_weight_scale.data.clone(), ex.intermediate_size_per_partition)
+                            ex.w2_weight.data.clone(), ex.w2_weight_scale.data.clone(),
+                            ex.intermediate_size_per_partition)
         ex.quant_method.process_weights_after_loading(ex)
     w = MoeWeights.random(d, seed=12, experts=held)
     copy_moe_into_sglang(moe, w)
