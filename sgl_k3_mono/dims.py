@@ -13,7 +13,10 @@ from typing import Any, Mapping
 
 
 def text_config_of(hf_config: Any) -> Any:
-    """The KimiLinearConfig of a KimiK3Config (VL wrapper) or of a text-only config."""
+    """The KimiLinearConfig of a KimiK3Config (VL wrapper) or of a text-only config
+    (objects or their config.json dicts)."""
+    if isinstance(hf_config, Mapping):
+        return hf_config.get("text_config") or hf_config
     return getattr(hf_config, "text_config", None) or hf_config
 
 

@@ -1,0 +1,389 @@
+"""K1 for sm_90 in Triton: the KDA front of one layer on one TP rank as ONE persistent launch.
+
+One @triton.jit kernel, `k1_kernel`, with a constexpr PHASE:
+- PHASE = -1: every phase in one persistent launch (grid = SM count, all programs
+  co-resident), grid barriers between phases (runtime/triton_sync.py), every wait
+  bounded by the deadline, fault injection at each phase start, `depart` at the end.
+- PHASE = p >= 0: phase p alone, no barrier and no timer. The host runs the phases as
+  consecutive launches; Triton's CPU interpreter runs the kernel this way (the global
+  timer does not exist there), and the benchmark times each phase like this.
+
+The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
+ 0 "seam"    one program per row: p = bf16(prefix + contribution); scores of the bank
+             rows and p; softmax; mix (bf16 on sm_90); input RMSNorm -> h [M, H] bf16.
+             On a block-write layer p goes into bank row nvb (the residual restarts),
+             otherwise into the caller's residual tensor.
+ 1 "in_proj" h @ [qkvg | f_a | b]^T -> proj [M, 4P + D + h] bf16. This phase reads
+             ~90 MB at TP 8 and sets the speed: the rows of the three weights are cut
+             into row tiles of BN_EFF rows (chosen so the tiles cover the grid in as few
+             rounds as possible; 132 tiles of 48 rows at TP 8), each tile streams its rows
+             over the full K with a pipelined loop and tl.dot (tokens padded to 16 as the
+             MMA's N; the weight tile is the MMA's M). No split-K: every output is one
+             program's fp32 sum, so no partial buffers and no second pass.
+ 2 "kda"     items (row, head, V-slice) in decode, (head, V-slice) in verify: f_b,
+             gate/decay, causal conv + SiLU, q/k L2 norms, beta and the delta rule on the
+             item's rows of the fp32 state (V rows are independent; splitting V gives a
+             head's 64 KB of state to several SMs). The last item of a (row, head) to
+             finish (an atomic counter, no barrier) writes the q/k conv windows and the
+             gated output RMSNorm, which needs all 128 outputs of the head.
+
+Roundings are the reference's (sgl_k3_mono/k1/reference.py): bf16 where SGLang stores
+bf16 (prefix, mix on sm_90, h, proj, f, conv output, o, output); fp32 elsewhere.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
+
+PHASES = ("seam", "in_proj", "kda")
+"""Phase names, in order (index = the PHASE constexpr)."""
+LAUNCH_ID = 0
+"""K1's index in runtime.failure.LAUNCHES."""
+MP = 16
+"""Token rows padded to 16: the smallest N (in-projection) / M (f_b) tl.dot takes."""
+
+
+# ---- phase 0: the attention-side attn-res seam, one program per row ---------------------
+
+@triton.jit
+def _row_score(row_ptr, wproj_ptr, wsn_ptr, eps, H: tl.constexpr, BLOCK_H: tl.constexpr):
+    """s = (v . cw) / sqrt(mean(v^2) + eps) for one bf16 row v, cw = fp32(norm.w) * fp32(proj.w)."""
+    offs = tl.arange(0, BLOCK_H)
+    dot = tl.zeros([BLOCK_H], dtype=tl.float32)
+    ss = tl.zeros([BLOCK_H], dtype=tl.float32)
+    for h0 in range(0, H, BLOCK_H):
+        m = h0 + offs < H
+        v = tl.load(row_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
+        cw = tl.load(wsn_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32) * \
+            tl.load(wproj_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
+        dot += v * cw
+        ss += v * v
+    return tl.sum(dot, axis=0) / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
+
+
+@triton.jit
+def _phase_seam(pid, nprog, M, nvb, eps,
+                prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                H: tl.constexpr, BLOCK_H: tl.constexpr, NBP: tl.constexpr,
+                HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr,
+                ROUND_MIX: tl.constexpr):
+    offs = tl.arange(0, BLOCK_H)
+    jj = tl.arange(0, NBP)
+    for row in range(pid, M, nprog):
+        # Where p (the prefix after the pending add) lives from here on: the bank row it is
+        # banked into, the caller's residual, or the prefix itself when nothing changes it.
+        if WRITE_BANK:
+            p_row = bank_ptr + row * s_bm + nvb * s_bj
+        elif WRITE_RESID:
+            p_row = resid_ptr + row * s_rm
+        else:
+            p_row = prefix_ptr + row * s_pm
+        if WRITE_BANK or WRITE_RESID:
+            for h0 in range(0, H, BLOCK_H):
+                m = h0 + offs < H
+                p = tl.load(prefix_ptr + row * s_pm + h0 + offs, mask=m, other=0.0).to(tl.float32)
+                if HAS_CONTRIB:
+                    p += tl.load(contrib_ptr + row * s_cm + h0 + offs, mask=m, other=0.0).to(tl.float32)
+                tl.store(p_row + h0 + offs, p.to(tl.bfloat16), mask=m)
+            tl.debug_barrier()  # the passes below read p back with another thread mapping
+
+        # scores of the rows bank[0..nvb-1] ++ p, softmax over them (max subtracted first)
+        alpha = tl.where(jj == 0, 1.0, 0.0)  # nvb == 0: the mix is p itself
+        if nvb > 0:
+            scores = tl.full([NBP], float("-inf"), dtype=tl.float32)
+            for j in range(0, nvb):
+                s = _row_score(bank_ptr + row * s_bm + j * s_bj, wproj_ptr, wsn_ptr, eps, H, BLOCK_H)
+                scores = tl.where(jj == j, s, scores)
+            s = _row_score(p_row, wproj_ptr, wsn_ptr, eps, H, BLOCK_H)
+            scores = tl.where(jj == nvb, s, scores)
+            e = tl.where(jj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
+            alpha = e / tl.sum(e, axis=0)
+
+        # mix = sum_j alpha_j v_j (p last), stored fp32 (bf16 values on sm_90); sum of squares
+        a_p = tl.sum(tl.where(jj == nvb, alpha, 0.0), axis=0)
+        ss = tl.zeros([BLOCK_H], dtype=tl.float32)
+        for h0 in range(0, H, BLOCK_H):
+            m = h0 + offs < H
+            acc = tl.zeros([BLOCK_H], dtype=tl.float32)
+            for j in range(0, nvb):
+                a_j = tl.sum(tl.where(jj == j, alpha, 0.0), axis=0)
+                v = tl.load(bank_ptr + row * s_bm + j * s_bj + h0 + offs, mask=m, other=0.0).to(tl.float32)
+                acc += a_j * v
+            acc += a_p * tl.load(p_row + h0 + offs, mask=m, other=0.0).to(tl.float32)
+            if ROUND_MIX:
+                acc = acc.to(tl.bfloat16).to(tl.float32)
+            tl.store(mix_ptr + row * H + h0 + offs, acc, mask=m)
+            ss += acc * acc
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
+        tl.debug_barrier()
+        # h = bf16(mix * rstd * w)
+        for h0 in range(0, H, BLOCK_H):
+            m = h0 + offs < H
+            x = tl.load(mix_ptr + row * H + h0 + offs, mask=m, other=0.0)
+            w = tl.load(won_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
+            tl.store(h_ptr + row * H + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
+
+
+# ---- phase 1: the in-projection GEMV -----------------------------------------------------
+
+@triton.jit
+def _gemv_tile(M, h_ptr, w_ptr, s_w, r0, n_rows, proj_ptr, col0,
+               H: tl.constexpr, NPROJ: tl.constexpr, BN: tl.constexpr, BN_EFF: tl.constexpr,
+               BK: tl.constexpr, NUM_STAGES: tl.constexpr):
+    """proj[:, col0 + r0 + i] = bf16(h @ w[r0 + i]^T) for the tile's rows i < BN_EFF.
+
+    The weight tile is the MMA's M side (BN rows, BN_EFF of them real) and the tokens its
+    N side (16): "swap AB", so a small M still fills the MMA. K runs over all of H in a
+    software-pipelined loop: NUM_STAGES tiles of weights in flight per SM.
+    """
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    rm = tl.arange(0, MP)
+    rows = r0 + rn
+    row_ok = (rn < BN_EFF) & (rows < n_rows)
+    w_ptrs = w_ptr + rows[:, None] * s_w + rk[None, :]
+    x_ptrs = h_ptr + rm[:, None] * H + rk[None, :]
+    acc = tl.zeros([BN, MP], dtype=tl.float32)
+    for k0 in tl.range(0, H, BK, num_stages=NUM_STAGES):
+        w = tl.load(w_ptrs + k0, mask=row_ok[:, None], other=0.0)
+        x = tl.load(x_ptrs + k0, mask=(rm < M)[:, None], other=0.0, cache_modifier=".cg")
+        acc = tl.dot(w, tl.trans(x), acc)
+    out = proj_ptr + rm[None, :] * NPROJ + (col0 + rows)[:, None]
+    tl.store(out, acc.to(tl.bfloat16), mask=row_ok[:, None] & (rm < M)[None, :])
+
+
+@triton.jit
+def _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
+                   H: tl.constexpr, NQ: tl.constexpr, NF: tl.constexpr, NB: tl.constexpr,
+                   NPROJ: tl.constexpr, BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr,
+                   NUM_STAGES: tl.constexpr):
+    # tiles: qkvg rows, then f_a rows, then b rows (three views; SGLang's _bfa_w pad rows skipped)
+    TQ: tl.constexpr = (NQ + BN_EFF - 1) // BN_EFF
+    TF: tl.constexpr = (NF + BN_EFF - 1) // BN_EFF
+    TB: tl.constexpr = (NB + BN_EFF - 1) // BN_EFF
+    for tile in range(pid, TQ + TF + TB, nprog):
+        # one call per weight (not a pointer select) keeps each base pointer's 16-byte
+        # alignment visible to the compiler, so the weight loads stay 16 bytes wide
+        if tile < TQ:
+            _gemv_tile(M, h_ptr, wq_ptr, s_wq, tile * BN_EFF, NQ, proj_ptr, 0,
+                       H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+        elif tile < TQ + TF:
+            _gemv_tile(M, h_ptr, wf_ptr, s_wf, (tile - TQ) * BN_EFF, NF, proj_ptr, NQ,
+                       H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+        else:
+            _gemv_tile(M, h_ptr, wb_ptr, s_wb, (tile - TQ - TF) * BN_EFF, NB, proj_ptr, NQ + NF,
+                       H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+
+
+# ---- phase 2: f_b, conv, gate, norms, delta rule, gated output norm -----------------------
+
+@triton.jit
+def _conv_silu(win_ptr, s_win, proj_ptr, t0, u, ch, cw_ptr, s_cw,
+               NPROJ: tl.constexpr, KW: tl.constexpr):
+    """Causal depthwise conv + SiLU of token u for channels ch -> bf16 values (fp32).
+
+    Token u's taps are positions u .. u+KW-1 of [window rows 0..KW-2 (oldest first),
+    x_0, x_1, ...] with x_t = proj[t0 + t]; taps summed oldest first, as the reference.
+    """
+    acc = tl.zeros(ch.shape, dtype=tl.float32)
+    for i in tl.static_range(KW):
+        s = u + i
+        from_win = s < KW - 1
+        tap = tl.load(win_ptr + s * s_win + ch, mask=(ch >= 0) & from_win, other=0.0).to(tl.float32) + \
+            tl.load(proj_ptr + (t0 + s - (KW - 1)) * NPROJ + ch, mask=(ch >= 0) & (s >= KW - 1),
+                    other=0.0, cache_modifier=".cg").to(tl.float32)
+        w = tl.load(cw_ptr + ch * s_cw + i)
+        if i == 0:
+            acc = tap * w
+        else:
+            acc = acc + tap * w
+    return (acc / (1.0 + tl.exp(-acc))).to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
+def _write_window(dst_ptr, s_dst, win_ptr, s_win, proj_ptr, t0, u, ch,
+                  NPROJ: tl.constexpr, KW: tl.constexpr):
+    """The conv window after token u: rows r = taps r+1 (the oldest tap drops out)."""
+    for r in tl.static_range(KW - 1):
+        s = u + r + 1
+        tap = tl.load(win_ptr + s * s_win + ch, mask=(ch >= 0) & (s < KW - 1), other=0.0).to(tl.float32) + \
+            tl.load(proj_ptr + (t0 + s - (KW - 1)) * NPROJ + ch, mask=(ch >= 0) & (s >= KW - 1),
+                    other=0.0, cache_modifier=".cg").to(tl.float32)
+        tl.store(dst_ptr + r * s_dst + ch, tap.to(tl.bfloat16))
+
+
+@triton.jit
+def _l2norm(x, eps):
+    return x / tl.sqrt(tl.sum(x * x, axis=0) + eps)
+
+
+@triton.jit
+def _phase_kda(pid, nprog, M, pad_slot, vindex,
+               proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
+               conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
+               vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv,
+               opre_ptr, cnt_ptr, out_ptr, s_om,
+               HL: tl.constexpr, D: tl.constexpr, KW: tl.constexpr, NPROJ: tl.constexpr,
+               NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr,
+               HAS_LB: tl.constexpr, LB: tl.constexpr):
+    P: tl.constexpr = HL * D
+    VS: tl.constexpr = D // NV  # V rows per item
+    FA_COL: tl.constexpr = 4 * P
+    B_COL: tl.constexpr = 4 * P + D
+    d = tl.arange(0, D)
+    tt = tl.arange(0, MP)
+    if VERIFY:
+        n_items = HL * NV
+    else:
+        n_items = M * HL * NV
+    for item in range(pid, n_items, nprog):
+        vs = item % NV
+        head = (item // NV) % HL
+        if VERIFY:  # one request: M tokens in order on the committed state
+            row = 0
+            t0 = 0
+            T = M
+        else:  # row `row` is one request's one token
+            row = item // (HL * NV)
+            t0 = row
+            T = 1
+        slot = tl.load(slots_ptr + row).to(tl.int64)
+        if (slot < 0) | (slot == pad_slot):
+            # a padded row: zero output, no state touched
+            if vs == 0:
+                for u in range(0, T):
+                    tl.store(out_ptr + (t0 + u) * s_om + head * D + d, tl.zeros([D], dtype=tl.bfloat16))
+        else:
+            win_ptr = conv_ptr + slot * s_cs
+            # f = bf16(f_a @ f_b[head]^T) for all the item's tokens at once, then the decay
+            fa = tl.load(proj_ptr + (t0 + tt)[:, None] * NPROJ + FA_COL + d[None, :],
+                         mask=(tt < T)[:, None], other=0.0, cache_modifier=".cg")
+            fb = tl.load(fb_ptr + (head * D + d)[:, None] * s_fb + d[None, :])
+            f = tl.dot(fa, tl.trans(fb)).to(tl.bfloat16).to(tl.float32)  # [MP, D]
+            x = f + tl.load(dtb_ptr + head * D + d)[None, :]
+            a = tl.exp(tl.load(alog_ptr + head))
+            if HAS_LB:  # K3's safe gate: the decay never goes below exp(LB)
+                g = LB * (1.0 / (1.0 + tl.exp(-(a * x))))
+            else:
+                g = -a * tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
+            decay_all = tl.exp(g)  # [MP, D]
+
+            for c in range(0, VS // BV):
+                vr = vs * VS + c * BV + tl.arange(0, BV)
+                s_ptrs = ssm_ptr + slot * s_ss + head * s_sh + vr[:, None] * s_sv + d[None, :]
+                S = tl.load(s_ptrs)  # [BV, D] fp32: rows v, K contiguous
+                chv = 2 * P + head * D + vr
+                for u in range(0, T):
+                    q = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, head * D + d, cw_ptr, s_cw, NPROJ, KW)
+                    k = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, P + head * D + d, cw_ptr, s_cw, NPROJ, KW)
+                    v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, chv, cw_ptr, s_cw, NPROJ, KW)
+                    q = _l2norm(q, 1e-6) * (D ** -0.5)
+                    k = _l2norm(k, 1e-6)
+                    decay = tl.sum(tl.where(tt[:, None] == u, decay_all, 0.0), axis=0)
+                    braw = tl.load(proj_ptr + (t0 + u) * NPROJ + B_COL + head, cache_modifier=".cg").to(tl.float32)
+                    beta = 1.0 / (1.0 + tl.exp(-braw))
+                    # delta rule on the item's V rows
+                    S = S * decay[None, :]
+                    hk = tl.sum(S * k[None, :], axis=1)
+                    v_new = beta * (v - hk)
+                    S = S + v_new[:, None] * k[None, :]
+                    o = tl.sum(S * q[None, :], axis=1)
+                    tl.store(opre_ptr + (t0 + u) * P + head * D + vr, o.to(tl.bfloat16))
+                    if VERIFY:  # every token's post-state and v window into SGLang's scratch
+                        vs_ptrs = vssm_ptr + vindex * s_vsr + u * s_vst + head * s_vsh + vr[:, None] * s_vsv
+                        tl.store(vs_ptrs + d[None, :], S)
+                        _write_window(vconv_ptr + vindex * s_vcr + u * s_vct, s_vcw, win_ptr, s_cr,
+                                      proj_ptr, t0, u, chv, NPROJ, KW)
+                if not VERIFY:
+                    tl.store(s_ptrs, S)
+                    tl.debug_barrier()  # every thread has read the old v window before it moves
+                    _write_window(win_ptr, s_cr, win_ptr, s_cr, proj_ptr, t0, 0, chv, NPROJ, KW)
+
+            # The last item of this (row, head) to get here finishes it: all V outputs exist
+            # and every item has read the q/k windows, which may now move.
+            last = True
+            if NV > 1:
+                tl.debug_barrier()
+                done = tl.atomic_add(cnt_ptr + row * HL + head, 1, sem="acq_rel", scope="gpu")
+                last = done == NV - 1
+            if last:
+                if NV > 1:  # reset for the next launch (nobody else touches it any more)
+                    tl.atomic_xchg(cnt_ptr + row * HL + head, 0, sem="relaxed", scope="gpu")
+                w_on = tl.load(onw_ptr + d).to(tl.float32)
+                for u in range(0, T):
+                    o = tl.load(opre_ptr + (t0 + u) * P + head * D + d, cache_modifier=".cg").to(tl.float32)
+                    gate = tl.load(proj_ptr + (t0 + u) * NPROJ + 3 * P + head * D + d,
+                                   cache_modifier=".cg").to(tl.float32)
+                    y = o / tl.sqrt(tl.sum(o * o, axis=0) / D + 1e-5) * w_on * (1.0 / (1.0 + tl.exp(-gate)))
+                    tl.store(out_ptr + (t0 + u) * s_om + head * D + d, y.to(tl.bfloat16))
+                    if VERIFY:
+                        dst = vconv_ptr + vindex * s_vcr + u * s_vct
+                        _write_window(dst, s_vcw, win_ptr, s_cr, proj_ptr, t0, u, head * D + d, NPROJ, KW)
+                        _write_window(dst, s_vcw, win_ptr, s_cr, proj_ptr, t0, u, P + head * D + d, NPROJ, KW)
+                if not VERIFY:
+                    tl.debug_barrier()
+                    _write_window(win_ptr, s_cr, win_ptr, s_cr, proj_ptr, t0, 0, head * D + d, NPROJ, KW)
+                    _write_window(win_ptr, s_cr, win_ptr, s_cr, proj_ptr, t0, 0, P + head * D + d, NPROJ, KW)
+
+
+# ---- the launch ---------------------------------------------------------------------------
+
+@triton.jit
+def k1_kernel(
+    # seam
+    prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+    wproj_ptr, wsn_ptr, won_ptr, nvb, eps,
+    # in-projection
+    wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb,
+    # kda
+    fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr, pad_slot,
+    conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
+    vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv, vindex,
+    out_ptr, s_om,
+    # scratch (contiguous, allocated once per plan)
+    h_ptr, mix_ptr, proj_ptr, opre_ptr, cnt_ptr,
+    # synchronisation and failure
+    sync_ptr, err_addr, deadline_ns, stall_phase, rank, layer,
+    M,
+    H: tl.constexpr, HL: tl.constexpr, D: tl.constexpr, KW: tl.constexpr,
+    BLOCK_H: tl.constexpr, NBP: tl.constexpr,
+    HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr,
+    BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr, NUM_STAGES: tl.constexpr,
+    NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
+    PHASE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    P: tl.constexpr = HL * D
+    NPROJ: tl.constexpr = 4 * P + D + HL
+
+    if PHASE == -1:
+        t0 = now_ns()
+        maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0)
+    if (PHASE == -1) or (PHASE == 0):
+        _phase_seam(pid, nprog, M, nvb, eps,
+                    prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                    wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                    H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+    if PHASE == -1:
+        grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 0)
+        maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, 0)
+    if (PHASE == -1) or (PHASE == 1):
+        _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
+                       H, 4 * P, D, HL, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+    if PHASE == -1:
+        grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1)
+        maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0)
+    if (PHASE == -1) or (PHASE == 2):
+        _phase_kda(pid, nprog, M, pad_slot, vindex,
+                   proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
+                   conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
+                   vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv,
+                   opre_ptr, cnt_ptr, out_ptr, s_om,
+                   HL, D, KW, NPROJ, NV, BV, VERIFY, HAS_LB, LB)
+    if PHASE == -1:
+        depart(sync_ptr, nprog)

@@ -1,0 +1,217 @@
+"""`sgl-k3-mono bench k2`: one real per-rank Kimi-K3 MoE layer (TP-8 slice) on this GPU,
+M = 1, 2, 4, 8, in one run: our persistent K2 launch, a standard-path composition of
+the same layer, and the byte floor (bytes the launch must read / copy bandwidth
+measured in this run). Everything timed as CUDA-graph replays with events, median.
+
+The standard path here is what runs on the lent H200 without SGLang's runtime:
+cuBLAS (torch.matmul) for o_proj, the merged MoE front, the shared down and the latent
+up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing in torch
+ops (sigmoid, bias, top-k, renormalise); the attn-res seam in torch; the routed
+experts as one batched cuBLAS matmul over the touched experts in bf16 (SGLang's sm_90
+MXFP4 runners need sgl_kernel / triton_kernels builds that do not run there). So the
+like-for-like comparison is bf16 experts on both sides; MXFP4 rows are ours vs floor.
+TP 1 on one GPU: no all-reduce on either side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Callable, Optional
+
+import torch
+
+
+def _graph_time_us(fn: Callable[[], None], iters: int = 200, reps: int = 7) -> float:
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    for _ in range(3):
+        g.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / iters)
+    return statistics.median(times)
+
+
+def copy_bandwidth_gb_s(gib: float = 4.0) -> float:
+    """Device copy bandwidth: (read + write bytes) / time of a large D2D copy."""
+    n = int(gib * 2**30) // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    us = _graph_time_us(lambda: dst.copy_(src), iters=10, reps=5)
+    return 2 * n * 2 / (us * 1e-6) / 1e9
+
+
+def _situ_op():
+    try:
+        from sglang.kernels.ops.activation.kimi_k3_situ_and_mul import situ_and_mul
+
+        return lambda x: situ_and_mul(x, None, 4.0, 25.0), "SGLang situ_and_mul (kit)"
+    except Exception:
+        def torch_situ(x):
+            g, u = x.float().chunk(2, -1)
+            return (4 * torch.tanh(g / 4) * torch.sigmoid(g) * 25 * torch.tanh(u / 25)).bfloat16()
+        return torch_situ, "torch SiTU"
+
+
+def standard_path(w, attn, bank, nvb, prefix, out, *, top_k: int):
+    """The layer as separate library calls (bf16 experts), writing `out`."""
+    situ, _ = _situ_op()
+    moe = w.moe
+    front = torch.cat([moe.shared_gate_up, moe.router, moe.latent_down])  # SGLang's merged _front_w
+    s2, e = moe.shared_gate_up.shape[0], moe.router.shape[0]
+    w13, w2 = moe.experts.w13, moe.experts.w2
+    cw = w.mlp_res_norm.float() * w.mlp_res_proj.float().reshape(-1)
+    eps = moe.params.eps
+
+    def run():
+        a = attn @ w.o_proj.t()
+        p = (prefix.float() + a.float()).bfloat16()
+        rows = torch.cat([bank[:, :nvb], p.unsqueeze(1)], 1).float()
+        sc = (rows * cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + eps)
+        mix = (torch.softmax(sc, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
+        h2 = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + eps) * w.post_attention_layernorm.float()).bfloat16()
+        f = h2 @ front.t()
+        gu, logits, xin = f[:, :s2], f[:, s2:s2 + e].float(), f[:, s2 + e:]
+        shared = situ(gu) @ moe.shared_down.t()
+        s = torch.sigmoid(logits)
+        ids = torch.topk(s + moe.router_bias, top_k, -1).indices
+        wts = s.gather(1, ids)
+        wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
+        flat = ids.flatten()
+        hx = torch.bmm(w13[flat], xin.repeat_interleave(top_k, 0).unsqueeze(-1)).squeeze(-1)
+        act = situ(hx)
+        y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
+        lat = (y.float() * wts.unsqueeze(-1)).sum(1)
+        ln = (lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + eps) * moe.latent_norm.float()).bfloat16()
+        o = ln @ moe.latent_up.t()
+        out.copy_(((o.float() + shared.float()).bfloat16().float() + p.float()).bfloat16())
+
+    return run
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
+    ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--formats", default="mxfp4,bf16")
+    ap.add_argument("--no-phases", action="store_true")
+    a = ap.parse_args(argv)
+    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def run():
+        a = attn @ w.o_proj.t()
+        p = (prefix.float() + a.float()).bfloat16()
+        rows = torch.cat([bank[:, :nvb], p.unsqueeze(1)], 1).float()
+        sc = (rows * cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + eps)
+        mix = (torch.softmax(sc, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
+        h2 = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + eps) * w.post_attention_layernorm.float()).bfloat16()
+        f = h2 @ front.t()
+        gu, logits, xin = f[:, :s2], f[:, s2:s2 + e].float(), f[:, s2 + e:]
+        shared = situ(gu) @ moe.shared_down.t()
+        s = torch.sigmoid(logits)
+        ids = torch.topk(s + moe.router_bias, top_k, -1).indices
+        wts = s.gather(1, ids)
+        wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
+        flat = ids.flatten()
+        hx = torch.bmm(w13[flat], xin.repeat_interleave(top_k, 0).unsqueeze(-1)).squeeze(-1)
+        act = situ(hx)
+        y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
+        lat = (y.float() * wts.unsqueeze(-1)).sum(1)
+        ln = (lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + eps) * moe.latent_norm.float()).bfloat16()
+        o = ln @ moe.latent_up.t()
+        out.copy_(((o.float() + shared.float()).bfloat16().float() + p.float()).bfloat16())
+
+    return run
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
+    ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--formats", default="mxfp4,bf16")
+    ap.add_argument("--no-phases", action="store_true")
+    a = ap.parse_args(argv)
+    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+def tp8_rank_dims():
+    import dataclasses
+
+    from sgl_k3_mono.configs import load_config
+    from sgl_k3_mono.dims import K3Dims
+
+    return dataclasses.replace(K3Dims.from_config(load_config("kimi-k3"), tp=1), kda_heads=12, mla_heads=12,
+                               expert_inter=384, shared_experts=2)
+
+
+def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> list[dict]:
+    from sgl_k3_mono.budget import k2_bytes
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+    from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
+    from sgl_k3_mono.k2.triton.kernel import PHASES
+
+    d = tp8_rank_dims()
+    from sgl_k3_mono.budget import expected_experts
+    from sgl_k3_mono.configs import load_config
+    from sgl_k3_mono.dims import K3Dims
+
+    d8 = K3Dims.from_config(load_config("kimi-k3"), tp=8)
+    bw = copy_bandwidth_gb_s()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {bw:.0f} GB/s; "
+          f"standard path SiTU: {_situ_op()[1]}")
+    results = []
+    for fmt in fmts:
+        w = random_k2_weights(d, fmt=fmt, device="cuda", seed=1)
+        rw = w.shard(0, 1)
+        for m in rows_list:
+            g = torch.Generator(device="cuda").manual_seed(m)
+            attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
+            nvb, nb = 4, 8
+            bank = torch.randn(m, nb, d.hidden, generator=g, device="cuda").bfloat16()
+            prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
+            out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
+            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=sms), "cuda")
+            ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
+            per_phase = []
+            if phases:
+                for p in range(len(PHASES)):
+                    per_phase.append(_graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out, phase=p),
+                                                    iters=100, reps=3))
+            touched = int(torch.unique(launch.scratch.ids).numel())
+            lb = k2_bytes(d8, 13, m, fmt, 1536)
+            expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
+            floor_bytes = lb.weights + lb.activations + expert_b
+            floor_us = floor_bytes / (bw * 1e9) * 1e6
+            std = None
+            if fmt == "bf16":
+                std = _graph_time_us(standard_path(rw, attn, bank, nvb, prefix, torch.empty_like(out), top_k=16))
+            r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, floor_us=floor_us, touched=touched,
+                     bytes=floor_bytes, phases_us=per_phase)
+            results.append(r)
+            std_s = f"{std:9.1f}" if std else "      n/a"
+            sp = f"{std / ours:6.2f}x" if std else "    n/a"
+            print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
+                  f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
+                  f"bw_frac={floor_us / ours:5.2f} speedup={sp} phases=" + "/".join(f"{t:.1f}" for t in per_phase),
+                  flush=True)
+    return results

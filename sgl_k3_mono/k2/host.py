@@ -1,0 +1,195 @@
+"""K2's host side, shared by every ISA: the plan, the weight views, the scratch and
+synchronisation buffers, and the launch call. Device code lives in triton/ (sm_90);
+nothing here depends on how a device splits the work beyond the tile sizes it asks for.
+
+Weights are read where SGLang (or the reference's shard) holds them: views, never
+copies. Scratch is allocated once per plan and reused by every layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from sgl_k3_mono.k2.reference import K2RankWeights
+from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
+from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
+
+MAX_ROWS = 8
+ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << (max(1, n) - 1).bit_length()
+
+
+@dataclass(frozen=True)
+class K2Plan:
+    """Everything a K2 launch is specialised on (one compiled kernel per plan)."""
+
+    rows: int
+    """M: rows in the step (1..8)."""
+    isa: str
+    """"sm_90" (Triton) or "gfx950" (roundings of SGLang's HIP path)."""
+    hidden: int
+    """H."""
+    attn_width: int
+    """A_l: this rank's attention output width (o_proj input)."""
+    shared2: int
+    """2 * S_l: this rank's shared gate + up rows."""
+    experts: int
+    """E routed experts."""
+    latent: int
+    """L."""
+    inter: int
+    """I_l: this rank's expert intermediate (true width)."""
+    inter_up: int
+    """Row offset of the up half in w13 (I_l, or the padded I_pad)."""
+    top_k: int
+    """Experts per row."""
+    bank_rows: int
+    """NB: rows the attn-res bank is allocated with."""
+    eps: float
+    """rms_norm_eps (seam norms and latent norm)."""
+    situ_beta: float
+    situ_linear_beta: float
+    mxfp4: bool
+    """Routed experts in MXFP4 (else bf16)."""
+    tp: int = 1
+    """TP size the weights are sharded for."""
+    grid: int = 132
+    """Programs: one per SM, all co-resident."""
+
+    def __post_init__(self):
+        if not 1 <= self.rows <= MAX_ROWS:
+            raise ValueError(f"K2Plan: rows {self.rows} outside 1..{MAX_ROWS}")
+        if self.tp != 1:
+            raise ValueError(f"K2Plan: TP {self.tp}: the in-launch reduce over peer ranks is not in this "
+                             "version; K2 runs one rank's share with the reduce over the ranks present (TP 1)")
+        if self.isa not in ("sm_90", "gfx950"):
+            raise ValueError(f"K2Plan: isa {self.isa!r}")
+        tiles = {"H": (self.hidden, 16), "2S_l": (self.shared2, 16), "E": (self.experts, 16),
+                 "L": (self.latent, 128), "I_l": (self.inter, 32), "A_l": (self.attn_width, 16)}
+        bad = [f"{k}={v} (a multiple of {m})" for k, (v, m) in tiles.items() if v % m]
+        if bad:
+            raise ValueError("K2Plan: the Triton tiles need " + ", ".join(bad))
+
+    @classmethod
+    def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int) -> "K2Plan":
+        ex = w.moe.experts
+        mx = isinstance(ex, Mxfp4Experts)
+        if not mx and not isinstance(ex, DenseExperts):
+            raise ValueError(f"K2Plan: expert store {type(ex).__name__} is not read by the launch")
+        p = w.moe.params
+        if p.routed_scaling != 1.0:
+            raise ValueError(f"K2Plan: routed_scaling_factor {p.routed_scaling}: the launch is built for 1.0")
+        return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
+                   shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
+                   latent=w.moe.latent_down.shape[0], inter=ex.inter,
+                   inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
+                   situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid)
+
+
+@dataclass
+class K2Scratch:
+    """Per-plan buffers; every layer's launch reuses them."""
+
+    part1: torch.Tensor
+    p: torch.Tensor
+    h2: torch.Tensor
+    gate_up: torch.Tensor
+    logits: torch.Tensor
+    routed_in: torch.Tensor
+    ids: torch.Tensor
+    wts: torch.Tensor
+    act: torch.Tensor
+    y: torch.Tensor
+    part2: torch.Tensor
+    sync: torch.Tensor
+
+    @classmethod
+    def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
+        m, h, k = plan.rows, plan.hidden, plan.top_k
+        bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
+        return cls(
+            part1=torch.empty(m, h, **bf), p=torch.empty(m, h, **bf), h2=torch.empty(ROW_PAD, h, **bf),
+            gate_up=torch.empty(m, plan.shared2, **f32), logits=torch.empty(m, plan.experts, **f32),
+            routed_in=torch.empty(m, plan.latent, **bf),
+            ids=torch.empty(m, k, dtype=torch.int32, device=device), wts=torch.empty(m, k, **f32),
+            act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
+            part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
+        )
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in vars(self).values())
+
+
+@dataclass
+class K2Launch:
+    """One rank's K2 for one plan: call it once per MoE layer."""
+
+    plan: K2Plan
+    scratch: K2Scratch
+    errors: ErrorRecord
+    deadline_s: float = 60.0
+    rank: int = 0
+    stall: Optional[Stall] = field(default_factory=Stall.from_env)
+    block: dict = field(default_factory=lambda: dict(BN=16, BK=128, BI=32, BL=16, STAGES=3, num_warps=4))
+
+    @classmethod
+    def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0) -> "K2Launch":
+        from sgl_k3_mono.k2.triton.kernel import PHASES
+
+        return cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
+
+    def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
+                 prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0,
+                 phase: Optional[int] = None) -> torch.Tensor:
+        """Run the layer: persistent (phase None) or one phase alone (phase p, for the
+        interpreter and for per-phase timing)."""
+        from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
+
+        pl, s, b = self.plan, self.scratch, self.block
+        m = attn_out.shape[0]
+        if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
+            raise ValueError(f"K2Launch: rows {m} / bank {tuple(bank.shape)} / nvb {nvb} do not fit {pl}")
+        ex, moe = w.moe.experts, w.moe
+        if pl.mxfp4:
+            w13, sc13, w2, sc2 = ex.w13, ex.w13_scale, ex.w2, ex.w2_scale
+        else:
+            w13, w2 = ex.w13, ex.w2
+            sc13, sc2 = w13, w2  # unused: never dereferenced on the bf16 path
+        lnorm = moe.latent_norm if moe.latent_norm is not None else \
+            torch.ones(pl.latent, dtype=torch.bfloat16, device=out.device)
+        stall = -1 if self.stall is None else self.stall.phase_index(self.rank, layer, "k2", PHASES)
+        isa_sm90 = pl.isa == "sm_90"
+        args = (
+            attn_out, bank, prefix if prefix is not None else attn_out, m, nvb, int(prefix is not None), pl.bank_rows,
+            w.o_proj, w.o_proj.stride(0), w.mlp_res_proj, w.mlp_res_norm, w.post_attention_layernorm,
+            moe.shared_gate_up, moe.shared_gate_up.stride(0), moe.router, moe.router.stride(0),
+            moe.latent_down, moe.latent_down.stride(0), moe.router_bias,
+            w13, w13.stride(0), w13.stride(1), sc13, sc13.stride(0), sc13.stride(1),
+            w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
+            moe.shared_down, moe.shared_down.stride(0), lnorm, moe.latent_up, moe.latent_up.stride(0),
+            s.part1, s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.act, s.y, s.part2, out,
+            s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
+        )
+        meta = dict(
+            H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
+            I_UP=pl.inter_up, TOPK=pl.top_k, EPS=pl.eps, BETA=pl.situ_beta,
+            LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
+            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BI=b["BI"], BL=b["BL"], BH=_next_pow2(pl.hidden),
+            BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
+            STAGES=b["STAGES"], num_warps=b["num_warps"],
+        )
+        phases = range(len(PHASES)) if phase == "all" else None
+        if phase is None:
+            k2_kernel[(pl.grid,)](*args, PHASE=-1, **meta)
+        elif phases is not None:
+            for p in phases:
+                k2_kernel[(pl.grid,)](*args, PHASE=p, **meta)
+        else:
+            k2_kernel[(pl.grid,)](*args, PHASE=int(phase), **meta)
+        return out

@@ -1,0 +1,111 @@
+"""K2 test cases shared by the CPU (Triton interpreter) and GPU runs: weights, inputs,
+the reference, and the comparison against the declared bounds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+from sgl_k3_mono.dims import K3Dims
+from sgl_k3_mono.k2.reference import K2Weights, k2_reference
+from sgl_k3_mono.numerics import measure, violations
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def dims(config: str, **override) -> K3Dims:
+    cfg = json.loads((CONFIGS / config / "config.json").read_text())
+    return dataclasses.replace(K3Dims.from_config(cfg, tp=1), **override)
+
+
+from sgl_k3_mono.k2.synthetic import tp8_rank_dims  # noqa: E402
+
+
+def make_inputs(d: K3Dims, rows: int, *, seed: int, nvb: int, nb: int, with_prefix: bool, device):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    a = d.kda_heads * d.kda_head_dim
+    attn = torch.randn(rows, a, generator=g).bfloat16().to(device)
+    bank = torch.randn(rows, nb, d.hidden, generator=g).bfloat16().to(device)
+    prefix = (2 * torch.randn(rows, d.hidden, generator=g)).bfloat16().to(device) if with_prefix else None
+    return attn, bank, prefix
+
+
+def compare(res_out: torch.Tensor, ref) -> dict:
+    m = measure(res_out.float().cpu(), ref.out.float().cpu())
+    return {"hidden": m, "violations": violations("k2.hidden", m)}
+
+
+def reference(w: K2Weights, attn, bank, nvb, prefix, isa):
+    return k2_reference(attn, w, tp=1, bank=bank, nvb=nvb, prefix=prefix, isa=isa)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One K2 run: model shape, rows, expert format, ISA rounding, seam state."""
+
+    config: str
+    rows: int
+    fmt: str = "bf16"
+    isa: str = "sm_90"
+    nvb: int = 2
+    prefix: bool = True
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return (f"{self.config}-M{self.rows}-{self.fmt}-{self.isa}-nvb{self.nvb}"
+                f"{'' if self.prefix else '-restart'}")
+
+
+def case_dims(case: Case) -> K3Dims:
+    return tp8_rank_dims() if case.config == "kimi-k3-tp8-rank" else dims(case.config)
+
+
+def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat: int = 1) -> dict:
+    """Build weights and inputs, run the launch (phase "all": phase by phase; None:
+    persistent), poison the output first, and compare with the reference."""
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+
+    d = case_dims(case)
+    if weights is not None:
+        w = weights
+    elif str(device).startswith("cuda"):
+        from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+        w = random_k2_weights(d, fmt=case.fmt, device=device, seed=case.seed)
+    else:
+        w = K2Weights.random(d, seed=case.seed, expert_format=case.fmt)
+    w = to_device(w, device)
+    nb = max(case.nvb, 1) + 1
+    attn, bank, prefix = make_inputs(d, case.rows, seed=case.seed + 100, nvb=case.nvb, nb=nb,
+                                     with_prefix=case.prefix, device=device)
+    rw = w.shard(0, 1)
+    grid = grid or (torch.cuda.get_device_properties(0).multi_processor_count if str(device).startswith("cuda") else 4)
+    launch = K2Launch.build(K2Plan.for_weights(rw, case.rows, isa=case.isa, bank_rows=nb, grid=grid), device)
+    out = torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device)
+    for _ in range(repeat):
+        out.fill_(float("nan"))
+        launch(rw, attn, bank, case.nvb, prefix, out, phase=phase)
+    ref = reference(w, attn, bank, case.nvb, prefix, case.isa)
+    s = launch.scratch
+    res = compare(out, ref)
+    res["routing_equal"] = bool(torch.equal(s.ids.long().cpu(), ref.topk_ids.cpu()))
+    res["router_scores"] = measure(torch.sigmoid(s.logits.float().cpu()), torch.sigmoid(ref.moe.router_logits.float().cpu()))
+    res["violations"] += violations("k2.router_scores", res["router_scores"])
+    res["finite"] = bool(torch.isfinite(out.float()).all())
+    return res
+
+
+def to_device(w: K2Weights, device) -> K2Weights:
+    """Move every tensor of a K2Weights (and its MoE and expert store) to `device`."""
+    def mv(obj):
+        if isinstance(obj, torch.Tensor):
+            return obj.to(device)
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return dataclasses.replace(obj, **{f.name: mv(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                                               if f.init})
+        return obj
+    return mv(w)
