@@ -10,6 +10,7 @@ from typing import Optional
 COMMANDS = {
     "check": ("sgl_k3_mono.check", "would --enable-amd-monokernel serve this setup (no GPU needed)"),
     "make-checkpoint": ("sgl_k3_mono.checkpoint", "write a random-weight Kimi-K3-shaped HF checkpoint"),
+    "bench": ("sgl_k3_mono.bench", "time a launch against a standard-path composition and the byte floor (GPU)"),
     "drift": ("sgl_k3_mono.drift", "compare the SGLang functions the launches reproduce with their digests"),
 }
 

@@ -99,70 +99,6 @@ def standard_path(w, attn, bank, nvb, prefix, out, *, top_k: int):
     return run
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
-    ap.add_argument("--rows", default="1,2,4,8")
-    ap.add_argument("--formats", default="mxfp4,bf16")
-    ap.add_argument("--no-phases", action="store_true")
-    a = ap.parse_args(argv)
-    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-def run():
-        a = attn @ w.o_proj.t()
-        p = (prefix.float() + a.float()).bfloat16()
-        rows = torch.cat([bank[:, :nvb], p.unsqueeze(1)], 1).float()
-        sc = (rows * cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + eps)
-        mix = (torch.softmax(sc, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
-        h2 = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + eps) * w.post_attention_layernorm.float()).bfloat16()
-        f = h2 @ front.t()
-        gu, logits, xin = f[:, :s2], f[:, s2:s2 + e].float(), f[:, s2 + e:]
-        shared = situ(gu) @ moe.shared_down.t()
-        s = torch.sigmoid(logits)
-        ids = torch.topk(s + moe.router_bias, top_k, -1).indices
-        wts = s.gather(1, ids)
-        wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
-        flat = ids.flatten()
-        hx = torch.bmm(w13[flat], xin.repeat_interleave(top_k, 0).unsqueeze(-1)).squeeze(-1)
-        act = situ(hx)
-        y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
-        lat = (y.float() * wts.unsqueeze(-1)).sum(1)
-        ln = (lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + eps) * moe.latent_norm.float()).bfloat16()
-        o = ln @ moe.latent_up.t()
-        out.copy_(((o.float() + shared.float()).bfloat16().float() + p.float()).bfloat16())
-
-    return run
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
-    ap.add_argument("--rows", default="1,2,4,8")
-    ap.add_argument("--formats", default="mxfp4,bf16")
-    ap.add_argument("--no-phases", action="store_true")
-    a = ap.parse_args(argv)
-    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
-def tp8_rank_dims():
-    import dataclasses
-
-    from sgl_k3_mono.configs import load_config
-    from sgl_k3_mono.dims import K3Dims
-
-    return dataclasses.replace(K3Dims.from_config(load_config("kimi-k3"), tp=1), kda_heads=12, mla_heads=12,
-                               expert_inter=384, shared_experts=2)
-
-
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> list[dict]:
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
@@ -215,3 +151,19 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> 
                   f"bw_frac={floor_us / ours:5.2f} speedup={sp} phases=" + "/".join(f"{t:.1f}" for t in per_phase),
                   flush=True)
     return results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
+    ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--formats", default="mxfp4,bf16")
+    ap.add_argument("--no-phases", action="store_true")
+    a = ap.parse_args(argv)
+    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+

@@ -1,0 +1,16 @@
+"""`sgl-k3-mono bench <launch>`: benchmarks are scripts, one per launch (GPU only)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+LAUNCHES = {"k2": "sgl_k3_mono.k2.bench", "k1": "sgl_k3_mono.k1.bench"}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(argv or [])
+    if not argv or argv[0] not in LAUNCHES:
+        print(f"usage: sgl-k3-mono bench {{{','.join(LAUNCHES)}}} [args]")
+        return 2
+    return int(importlib.import_module(LAUNCHES[argv[0]]).main(argv[1:]) or 0)
