@@ -379,7 +379,7 @@ def _check_io(plan: K1Plan, io: K1IO) -> None:
 
 def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
                    deadline_s: float) -> None:
-    from sgl_k3_mono.k1.triton.kernel import LAUNCH_ID, PHASES, k1_kernel  # noqa: F401
+    from sgl_k3_mono.k1.triton.kernel import PHASES, k1_kernel
 
     cx = plan.constexprs()
     sc = scratch

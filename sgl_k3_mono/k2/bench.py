@@ -42,13 +42,17 @@ def _graph_time_us(fn: Callable[[], None], iters: int = 200, reps: int = 7) -> f
     return statistics.median(times)
 
 
-def copy_bandwidth_gb_s(gib: float = 4.0) -> float:
-    """Device copy bandwidth: (read + write bytes) / time of a large D2D copy."""
+def copy_bandwidth_gb_s(gib: float = 4.0) -> tuple[float, float]:
+    """(copy, read) bandwidth in GB/s: (read + write bytes) / time of a large D2D copy,
+    and bytes / time of a read-only fp32-accumulated sum (what a weight stream does)."""
     n = int(gib * 2**30) // 2
     src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    us = _graph_time_us(lambda: dst.copy_(src), iters=10, reps=5)
-    return 2 * n * 2 / (us * 1e-6) / 1e9
+    acc = torch.empty((), dtype=torch.float32, device="cuda")
+    copy_us = _graph_time_us(lambda: dst.copy_(src), iters=10, reps=5)
+    read_us = _graph_time_us(lambda: torch.sum(src, dtype=torch.float32, out=acc), iters=10, reps=5)
+    del dst
+    return 2 * n * 2 / (copy_us * 1e-6) / 1e9, n * 2 / (read_us * 1e-6) / 1e9
 
 
 def _situ_op():
@@ -111,9 +115,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> 
     from sgl_k3_mono.dims import K3Dims
 
     d8 = K3Dims.from_config(load_config("kimi-k3"), tp=8)
-    bw = copy_bandwidth_gb_s()
+    copy_bw, bw = copy_bandwidth_gb_s()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {bw:.0f} GB/s; "
+    print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {copy_bw:.0f} GB/s, "
+          f"read bandwidth {bw:.0f} GB/s (the floor uses this); "
           f"standard path SiTU: {_situ_op()[1]}")
     results = []
     for fmt in fmts:

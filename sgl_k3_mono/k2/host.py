@@ -71,7 +71,7 @@ class K2Plan:
         if self.isa not in ("sm_90", "gfx950"):
             raise ValueError(f"K2Plan: isa {self.isa!r}")
         tiles = {"H": (self.hidden, 16), "2S_l": (self.shared2, 16), "E": (self.experts, 16),
-                 "L": (self.latent, 128), "I_l": (self.inter, 32), "A_l": (self.attn_width, 16)}
+                 "L": (self.latent, 64), "I_l": (self.inter, 32), "A_l": (self.attn_width, 16)}
         bad = [f"{k}={v} (a multiple of {m})" for k, (v, m) in tiles.items() if v % m]
         if bad:
             raise ValueError("K2Plan: the Triton tiles need " + ", ".join(bad))
@@ -136,7 +136,8 @@ class K2Launch:
     deadline_s: float = 60.0
     rank: int = 0
     stall: Optional[Stall] = field(default_factory=Stall.from_env)
-    block: dict = field(default_factory=lambda: dict(BN=16, BK=128, BI=32, BL=16, STAGES=3, num_warps=4))
+    block: dict = field(default_factory=lambda: dict(BN=16, BK=512, BKX=512, BKD=128, BI=32, BL=64, STAGES=3,
+                                                      num_warps=4))
 
     @classmethod
     def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0) -> "K2Launch":
@@ -180,7 +181,7 @@ class K2Launch:
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
             I_UP=pl.inter_up, TOPK=pl.top_k, EPS=pl.eps, BETA=pl.situ_beta,
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
-            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BI=b["BI"], BL=b["BL"], BH=_next_pow2(pl.hidden),
+            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"], BH=_next_pow2(pl.hidden),
             BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"],
         )

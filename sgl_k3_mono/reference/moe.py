@@ -293,7 +293,7 @@ def routed_partials(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor,
     built once; the k weighted outputs are then summed in top-k slot order.
     """
     m, k = ids.shape
-    y = torch.zeros(len(stores), m, k, x.shape[1])
+    y = torch.zeros(len(stores), m, k, x.shape[1], device=x.device)
     for e in torch.unique(ids).tolist():
         rows, slots = (ids == e).nonzero(as_tuple=True)
         xe = x[rows].float()
@@ -305,7 +305,7 @@ def routed_partials(x: torch.Tensor, ids: torch.Tensor, w: torch.Tensor,
             g, u = gu.chunk(2, dim=-1)
             act = bf16(situ(g, u, p.situ_beta, p.situ_linear_beta))
             y[r, rows, slots] = bf16(linear(act, w2))
-    acc = torch.zeros(len(stores), m, x.shape[1])
+    acc = torch.zeros(len(stores), m, x.shape[1], device=x.device)
     for j in range(k):
         acc = acc + w[:, j].view(1, m, 1) * y[:, :, j]
     out = bf16(acc)

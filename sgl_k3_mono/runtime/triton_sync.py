@@ -13,7 +13,7 @@ import triton.language as tl
 from triton.language.extra import cuda as _cuda
 
 # sync buffer layout (int32 words, one buffer per launch slot)
-ARRIVE, DEPART, EPOCH = 0, 1, 2
+ARRIVE, DEPART, EPOCH = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 SYNC_WORDS = 4
 
 

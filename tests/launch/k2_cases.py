@@ -92,7 +92,7 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     ref = reference(w, attn, bank, case.nvb, prefix, case.isa)
     s = launch.scratch
     res = compare(out, ref)
-    res["routing_equal"] = bool(torch.equal(s.ids.long().cpu(), ref.topk_ids.cpu()))
+    res["routing_equal"] = routing_agrees(s.ids.long().cpu(), ref, w)
     res["router_scores"] = measure(torch.sigmoid(s.logits.float().cpu()), torch.sigmoid(ref.moe.router_logits.float().cpu()))
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = bool(torch.isfinite(out.float()).all())
@@ -109,3 +109,23 @@ def to_device(w: K2Weights, device) -> K2Weights:
                                                if f.init})
         return obj
     return mv(w)
+
+
+TIE_TOL = 2e-3
+"""Biased router scores closer than this to a row's k-th best are a tie within rounding:
+h2 is bf16, and one ulp of it moves a logit by ~1e-3 at Kimi-K3's scales."""
+
+
+def routing_agrees(ids: torch.Tensor, ref, w: K2Weights) -> bool:
+    """The top-k sets equal the reference's, except for experts whose biased score ties
+    the k-th best within TIE_TOL (either side of the cut)."""
+    ref_ids = ref.topk_ids.cpu()
+    choice = torch.sigmoid(ref.moe.router_logits.float().cpu()) + w.moe.router_bias.float().cpu()
+    for r in range(ids.shape[0]):
+        a, b = set(ids[r].tolist()), set(ref_ids[r].tolist())
+        if a == b:
+            continue
+        kth = choice[r].gather(0, ref_ids[r]).min()
+        if any(abs(choice[r, e] - kth) > TIE_TOL for e in a ^ b):
+            return False
+    return True

@@ -42,7 +42,7 @@ PHASES = ("seam", "in_proj", "kda")
 """Phase names, in order (index = the PHASE constexpr)."""
 LAUNCH_ID = 0
 """K1's index in runtime.failure.LAUNCHES."""
-MP = 16
+MP = tl.constexpr(16)
 """Token rows padded to 16: the smallest N (in-projection) / M (f_b) tl.dot takes."""
 
 

@@ -26,7 +26,7 @@ import triton.language as tl
 from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
 
 PHASES = ("o_proj", "seam", "front", "experts_up", "experts_down", "combine", "latent_up")
-LAUNCH_ID = 1  # runtime.failure.LAUNCHES.index("k2")
+LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,7 +146,8 @@ def k2_kernel(
     I: tl.constexpr, I_UP: tl.constexpr, TOPK: tl.constexpr,
     EPS: tl.constexpr, BETA: tl.constexpr, LBETA: tl.constexpr,
     MXFP4: tl.constexpr, FRONT_BF16: tl.constexpr, MIX_BF16: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BI: tl.constexpr, BL: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKX: tl.constexpr, BKD: tl.constexpr,
+    BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr,
 ):
@@ -246,19 +247,20 @@ def k2_kernel(
             t = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e, first = _expert_of(ids, t, M, TOPK, BM, KB)
+            e = e.to(tl.int64)
             if first:
                 g = tl.zeros((BM, BI), tl.float32)
                 u = tl.zeros((BM, BI), tl.float32)
                 if MXFP4:
                     g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                   i0, I, L, g, BM, BI, BK // 2, STAGES)
+                                   i0, I, L, g, BM, BI, BKX // 2, STAGES)
                     u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                    sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                   BM, BI, BK // 2, STAGES)
+                                   BM, BI, BKX // 2, STAGES)
                 else:
-                    g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, BM, BI, BK, STAGES)
+                    g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, BM, BI, BKX, STAGES)
                     u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                                  BM, BI, BK, STAGES)
+                                  BM, BI, BKX, STAGES)
                 act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
                 ri = i0 + tl.arange(0, BI)
                 tl.store(act_ptr + (t * BM + rm[:, None]) * I + ri[None, :], act)
@@ -279,12 +281,13 @@ def k2_kernel(
                 e, first = _expert_of(ids, t, M, TOPK, BM, KB)
                 if first:
                     y = tl.zeros((BM, BL), tl.float32)
+                    e64 = e.to(tl.int64)
                     if MXFP4:
-                        y = _dot_mxfp4(act_ptr + t * BM * I, I, M, w2_ptr + e * s2_e, s2_n, sc2_ptr + e * ssc2_e,
-                                       ssc2_n, l0, L, I, y, BM, BL, BK // 2, STAGES)
+                        y = _dot_mxfp4(act_ptr + t * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                       sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, BM, BL, BKD // 2, STAGES)
                     else:
-                        y = _dot_bf16(act_ptr + t * BM * I, I, M, w2_ptr + e * s2_e, s2_n, l0, L, I, y,
-                                      BM, BL, BK, STAGES)
+                        y = _dot_bf16(act_ptr + t * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
+                                      BM, BL, BKD, STAGES)
                     # every row that routed to e gets it, in its own (row, slot) place
                     match = (ids == e) & keep
                     slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
@@ -333,7 +336,8 @@ def k2_kernel(
         ssq = tl.zeros((BM,), tl.float32)
         for k0 in range(0, L, BK):
             rk = k0 + tl.arange(0, BK)
-            lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=rm[:, None] < M, other=0.0)
+            lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
+                          other=0.0)
             lat = lat.to(tl.float32)
             ssq += tl.sum(lat * lat, axis=1)
         rstd = 1.0 / tl.sqrt(ssq / L + EPS)
@@ -342,9 +346,11 @@ def k2_kernel(
             acc = tl.zeros((BM, BN), tl.float32)
             for k0 in tl.range(0, L, BK, num_stages=STAGES):
                 rk = k0 + tl.arange(0, BK)
-                lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=rm[:, None] < M, other=0.0)
-                xn = (lat.to(tl.float32) * rstd[:, None] * tl.load(lnorm_ptr + rk).to(tl.float32)[None, :])
-                w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :])
+                km = rk < L
+                lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
+                              other=0.0)
+                xn = lat.to(tl.float32) * rstd[:, None] * tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
+                w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
                 acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
             msk = rm[:, None] < M
             out = acc.to(tl.bfloat16).to(tl.float32)
