@@ -56,7 +56,7 @@ def test_k2_triton_interpreted_matches_reference():
 GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              for m in range(1, 9) for fmt in ("bf16", "mxfp4")] + \
             [Case("k3-small", 4, "mxfp4", "gfx950", nvb=2)]
-REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 2, 4, 8)] + \
+REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31)]
 
 
