@@ -12,20 +12,28 @@ METRICS = ("max_abs", "rel", "cosine")
 """max_abs = max |x - ref|; rel = ||x - ref||_2 / ||ref||_2; cosine = <x, ref> / (|x| |ref|)."""
 
 BOUNDS: dict[str, float] = {
-    # K1: TP-local attention output before o_proj, bf16 [M, 1536]
+    # K1: TP-local attention output before o_proj, bf16 [M, 1536]; measured on the H200
+    # max_abs <= 0.0156, rel <= 1.7e-3, cosine >= 0.999998
     "k1.attn_out.max_abs": 0.0625,
     "k1.attn_out.rel": 0.02,
     "k1.attn_out.cosine": 0.9995,
-    # K1: the fp32 recurrent state after the step (decode) or each verify token
-    "k1.ssm_state.max_abs": 1e-3,
+    # K1: the fp32 recurrent state after the step (decode) or each verify token.
+    # Measured on the H200 (2026-11-30, docs/evidence/k1-sm90.md): max_abs <= 6.7e-3,
+    # cosine >= 0.9999995 at TP8 shapes; SGLang's own CUDA KDA decode is 7.1e-3 off the
+    # same reference. The bound is what was seen plus margin.
+    "k1.ssm_state.max_abs": 1e-2,
     "k1.ssm_state.cosine": 0.99999,
-    # K1: the conv window is a copy of bf16 inputs: bitwise
-    "k1.conv_state.max_abs": 0.0,
-    # K2: the next layer's residual stream, bf16 [M, 7168]
+    # K1: the conv window holds the in-projection's bf16 outputs: carried rows are
+    # bitwise (tested apart); the new row may differ by a bf16 rounding (fp32 sum order),
+    # measured <= 0.0156 on the H200
+    "k1.conv_state.max_abs": 0.0625,
+    # K2: the next layer's residual stream, bf16 [M, 7168]; measured on the H200
+    # (docs/evidence/k2-sm90.md) max_abs <= 0.0625, rel <= 3.0e-3, cosine >= 0.999995
     "k2.hidden.max_abs": 0.125,
-    "k2.hidden.rel": 0.02,
-    "k2.hidden.cosine": 0.9995,
-    # K2: router scores after the bias-free sigmoid, fp32 [M, E]
+    "k2.hidden.rel": 0.01,
+    "k2.hidden.cosine": 0.9999,
+    # K2: router scores after the bias-free sigmoid, fp32 [M, E]; measured <= 1.0e-3
+    # (one bf16 ulp of h2 moves a logit by ~1e-3)
     "k2.router_scores.max_abs": 2e-3,
 }
 

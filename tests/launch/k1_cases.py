@@ -183,9 +183,11 @@ def _shard_to(lw, device):
 
 def _bf16_ulp_ok(got: torch.Tensor, ref: torch.Tensor) -> bool:
     """Equal up to one bf16 ulp (a rounding flip of an fp32 sum taken in another order), or
-    for a sum that cancels to near zero, up to fp32 summation error at the tensor's scale."""
+    for a sum that cancels to near zero, up to fp32 summation error at the tensor's scale
+    (a 7168-term fp32 dot taken in another order: measured on the H200 up to ~2^-13 of the
+    row's largest value)."""
     ref = ref.float()
-    tol = ref.abs() * 2.0 ** -7 + ref.abs().max() * 2.0 ** -20
+    tol = ref.abs() * 2.0 ** -7 + ref.abs().max() * 2.0 ** -12
     return bool(((got.float() - ref).abs() <= tol).all())
 
 
