@@ -60,8 +60,8 @@ PROFILES = {
         # The MLA decode backends SGLang 0.5.23 runs on Hopper (fa3 is its default there).
         decode_attention_backends=frozenset({"fa3", "flashmla", "flashinfer", "triton"}),
         device_code="Triton",
-        # flips when the K1/K2 Triton launches have run on the H200 (docs/evidence/)
-        executed=False,
+        # K1/K2 Triton launches ran on the H200 on 2026-11-30 (docs/evidence/k1-sm90.md, k2-sm90.md)
+        executed=True,
     ),
 }
 
