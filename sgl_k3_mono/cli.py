@@ -11,6 +11,8 @@ COMMANDS = {
     "check": ("sgl_k3_mono.check", "would --enable-amd-monokernel serve this setup (no GPU needed)"),
     "make-checkpoint": ("sgl_k3_mono.checkpoint", "write a random-weight Kimi-K3-shaped HF checkpoint"),
     "bench": ("sgl_k3_mono.bench", "time a launch against a standard-path composition and the byte floor (GPU)"),
+    "compile-check": ("sgl_k3_mono.compile_check",
+                      "compile every Triton launch variant for sm_90 and gfx950 on the CPU and check the ISA"),
     "drift": ("sgl_k3_mono.drift", "compare the SGLang functions the launches reproduce with their digests"),
 }
 

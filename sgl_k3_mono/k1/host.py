@@ -56,6 +56,11 @@ def device_grid(device: torch.device | str | None = None) -> int:
     return torch.cuda.get_device_properties(dev).multi_processor_count
 
 
+def hip_tiles(hip: Optional[bool] = None) -> dict:
+    """Tile defaults for an AMD GPU: CDNA has 160 KB of LDS, so a shallower pipeline."""
+    return dict(num_stages=2) if (hip if hip is not None else torch.version.hip is not None) else {}
+
+
 def _row_tile(rows: tuple[int, ...], grid: int) -> int:
     """Rows per in-projection tile: the fewest rounds of tiles over the grid, weighted by
     tile height (132 tiles of 48 rows at TP 8 fill the H200 exactly; 64-row tiles would
@@ -118,6 +123,7 @@ class K1Plan:
     def for_weights(cls, w: "K1Views | K1LocalWeights", rows: int, mode: str, *, bank_rows: int = 8,
                     eps: float = 1e-5, tp: int = 1, rank: int = 0, isa: str = "sm_90",
                     grid: Optional[int] = None, **tiles) -> "K1Plan":
+        tiles = {**hip_tiles(), **tiles}
         return cls(rows=rows, mode=mode, hidden=w.qkvg.shape[1], heads=w.heads, head_dim=w.head_dim,
                    conv_width=w.conv.shape[1], lower_bound=w.lower_bound, bank_rows=bank_rows, eps=eps,
                    tp=tp, rank=rank, isa=isa, grid=grid if grid is not None else device_grid(), **tiles)
@@ -126,6 +132,7 @@ class K1Plan:
     def from_dims(cls, dims: Any, rows: int, mode: str, *, rank: int = 0, isa: str = "sm_90",
                   grid: Optional[int] = None, **tiles) -> "K1Plan":
         """From a `K3Dims` (per-rank widths at dims.tp)."""
+        tiles = {**hip_tiles(), **tiles}
         return cls(rows=rows, mode=mode, hidden=dims.hidden, heads=dims.kda_heads_local,
                    head_dim=dims.kda_head_dim, conv_width=dims.conv_width, lower_bound=dims.gate_lower_bound,
                    bank_rows=dims.bank_rows(), eps=dims.rms_eps, tp=dims.tp, rank=rank, isa=isa,
@@ -377,9 +384,10 @@ def _check_io(plan: K1Plan, io: K1IO) -> None:
         _need(0 <= io.verify_index < vs.shape[0], "run_k1: verify_index out of range")
 
 
-def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
-                   deadline_s: float) -> None:
-    from sgl_k3_mono.k1.triton.kernel import PHASES, k1_kernel
+def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, layer: int,
+                deadline_s: float) -> tuple[tuple, dict]:
+    """The kernel's positional arguments and its constexprs / launch options (no PHASE)."""
+    from sgl_k3_mono.k1.triton.kernel import PHASES
 
     cx = plan.constexprs()
     sc = scratch
@@ -394,8 +402,6 @@ def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
     resid = io.residual if write_resid else io.prefix
     stall = Stall.from_env()
     stall_phase = stall.phase_index(plan.rank, layer, "k1", PHASES) if stall is not None else -1
-    if phases == (-1,) and io.out.is_cuda:
-        sc.record.watch()
     args = (
         io.prefix, io.prefix.stride(0), contrib, contrib.stride(0), io.bank, io.bank.stride(0), io.bank.stride(1),
         resid, resid.stride(0),
@@ -412,8 +418,18 @@ def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
         plan.rows,
     )
     flags = dict(HAS_CONTRIB=io.contribution is not None, WRITE_BANK=bool(io.write), WRITE_RESID=write_resid)
+    return args, dict(**cx, **flags, num_warps=plan.num_warps)
+
+
+def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
+                   deadline_s: float) -> None:
+    from sgl_k3_mono.k1.triton.kernel import k1_kernel
+
+    args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=deadline_s)
+    if phases == (-1,) and io.out.is_cuda:
+        scratch.record.watch()
     for phase in phases:
-        k1_kernel[(plan.grid,)](*args, **cx, **flags, PHASE=phase, num_warps=plan.num_warps)
+        k1_kernel[(plan.grid,)](*args, **meta, PHASE=phase)
 
 
 def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scratch: Optional[K1Scratch] = None,

@@ -140,17 +140,26 @@ class K2Launch:
                                                       num_warps=4))
 
     @classmethod
-    def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0) -> "K2Launch":
+    def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0,
+              hip: Optional[bool] = None) -> "K2Launch":
+        """`hip`: build for an AMD GPU (default: what this torch runs on). CDNA has 160 KB
+        of LDS and 64-wide waves: shallower pipelines and twice the warps keep the
+        persistent program inside one CU."""
         from sgl_k3_mono.k2.triton.kernel import PHASES
 
-        return cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
+        launch = cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
+        if hip if hip is not None else torch.version.hip is not None:
+            launch.block.update(BK=256, BKX=256, STAGES=2, num_warps=8)
+            launch.hip = True
+        return launch
 
-    def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
-                 prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0,
-                 phase: Optional[int] = None) -> torch.Tensor:
-        """Run the layer: persistent (phase None) or one phase alone (phase p, for the
-        interpreter and for per-phase timing)."""
-        from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
+    hip: bool = False
+    """Built for an AMD GPU (the HIP timer in the waits)."""
+
+    def launch_args(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
+                    prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0) -> tuple[tuple, dict]:
+        """The kernel's positional arguments and its constexpr/launch options for one layer."""
+        from sgl_k3_mono.k2.triton.kernel import PHASES
 
         pl, s, b = self.plan, self.scratch, self.block
         m = attn_out.shape[0]
@@ -181,16 +190,26 @@ class K2Launch:
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
             I_UP=pl.inter_up, TOPK=pl.top_k, EPS=pl.eps, BETA=pl.situ_beta,
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
-            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"], BH=_next_pow2(pl.hidden),
-            BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
-            STAGES=b["STAGES"], num_warps=b["num_warps"],
+            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
+            BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
+            STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip,
         )
-        phases = range(len(PHASES)) if phase == "all" else None
+        return args, meta
+
+    def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
+                 prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0,
+                 phase=None) -> torch.Tensor:
+        """Run the layer: persistent (phase None), one phase alone (phase p: per-phase
+        timing), or every phase as its own launch (phase "all": the interpreter tests)."""
+        from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
+
+        args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
+        grid = (self.plan.grid,)
         if phase is None:
-            k2_kernel[(pl.grid,)](*args, PHASE=-1, **meta)
-        elif phases is not None:
-            for p in phases:
-                k2_kernel[(pl.grid,)](*args, PHASE=p, **meta)
+            k2_kernel[grid](*args, PHASE=-1, **meta)
+        elif phase == "all":
+            for p in range(len(PHASES)):
+                k2_kernel[grid](*args, PHASE=p, **meta)
         else:
-            k2_kernel[(pl.grid,)](*args, PHASE=int(phase), **meta)
+            k2_kernel[grid](*args, PHASE=int(phase), **meta)
         return out

@@ -12,14 +12,23 @@ import triton
 import triton.language as tl
 from triton.language.extra import cuda as _cuda
 
+try:  # the HIP timer (s_memrealtime, 100 MHz) for the gfx950 build of the Triton launches
+    from triton.language.extra.hip import memrealtime as _memrealtime
+except ImportError:  # an older Triton: the HIP build then fails to compile, loudly
+    _memrealtime = None
+
 # sync buffer layout (int32 words, one buffer per launch slot)
 ARRIVE, DEPART, EPOCH = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 SYNC_WORDS = 4
 
 
 @triton.jit
-def now_ns():
-    return _cuda.globaltimer()
+def now_ns(HIP: tl.constexpr = False):
+    """Nanoseconds from the GPU's constant-rate timer (globaltimer; s_memrealtime on AMD)."""
+    if HIP:
+        return _memrealtime().to(tl.int64) * 10
+    else:
+        return _cuda.globaltimer()
 
 
 @triton.jit
@@ -39,11 +48,12 @@ def fail(err_addr, rank, layer, launch_id, phase, waited_ns):
 
 
 @triton.jit
-def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr):
+def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr,
+             HIP: tl.constexpr = False):
     """Spin until *ptr >= target (acquire), bounded by the deadline."""
     seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
     while seen < target:
-        waited = now_ns() - t0
+        waited = now_ns(HIP) - t0
         if waited > deadline_ns:
             fail(err_addr, rank, layer, launch_id, phase, waited)
             seen = target
@@ -52,11 +62,12 @@ def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, pha
 
 
 @triton.jit
-def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr):
+def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr,
+            HIP: tl.constexpr = False):
     """Spin until *ptr == tag (acquire): an epoch-tagged slot is ready."""
     seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
     while seen != tag:
-        waited = now_ns() - t0
+        waited = now_ns(HIP) - t0
         if waited > deadline_ns:
             fail(err_addr, rank, layer, launch_id, phase, waited)
             seen = tag
@@ -65,12 +76,13 @@ def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, 
 
 
 @triton.jit
-def grid_barrier(sync_ptr, index, nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase):
+def grid_barrier(sync_ptr, index, nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
+                 HIP: tl.constexpr = False):
     """Barrier `index` (0, 1, ...) of this launch over all co-resident programs."""
     tl.debug_barrier()
     tl.atomic_add(sync_ptr + ARRIVE, 1, sem="release", scope="gpu")
     wait_geq(sync_ptr + ARRIVE, (index + 1) * nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
-             "gpu")
+             "gpu", HIP)
     tl.debug_barrier()
 
 
@@ -86,12 +98,12 @@ def depart(sync_ptr, nprog):
 
 
 @triton.jit
-def maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, launch_id):
+def maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, launch_id, HIP: tl.constexpr = False):
     """Fault injection: program 0 of the chosen rank/layer/launch holds at `phase`
     until its deadline, as a hung peer would."""
     if stall_phase == phase:
         if tl.program_id(0) == 0:
-            waited = now_ns() - t0
+            waited = now_ns(HIP) - t0
             while waited <= deadline_ns:
-                waited = now_ns() - t0
+                waited = now_ns(HIP) - t0
             fail(err_addr, rank, layer, launch_id, phase, waited)

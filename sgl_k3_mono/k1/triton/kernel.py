@@ -354,7 +354,7 @@ def k1_kernel(
     HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr,
     BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr, NUM_STAGES: tl.constexpr,
     NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
-    PHASE: tl.constexpr,
+    PHASE: tl.constexpr, HIP: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -362,22 +362,22 @@ def k1_kernel(
     NPROJ: tl.constexpr = 4 * P + D + HL
 
     if PHASE == -1:
-        t0 = now_ns()
-        maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0)
+        t0 = now_ns(HIP)
+        maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
     if (PHASE == -1) or (PHASE == 0):
         _phase_seam(pid, nprog, M, nvb, eps,
                     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
                     H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
     if PHASE == -1:
-        grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 0)
-        maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, 0)
+        grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 0, HIP)
+        maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
     if (PHASE == -1) or (PHASE == 1):
         _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
                        H, 4 * P, D, HL, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
     if PHASE == -1:
-        grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1)
-        maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0)
+        grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1, HIP)
+        maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
     if (PHASE == -1) or (PHASE == 2):
         _phase_kda(pid, nprog, M, pad_slot, vindex,
                    proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,

@@ -149,32 +149,32 @@ def k2_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKX: tl.constexpr, BKD: tl.constexpr,
     BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
-    PHASE: tl.constexpr,
+    PHASE: tl.constexpr, HIP: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     PERSISTENT: tl.constexpr = PHASE < 0
     t0 = 0
     if PERSISTENT:
-        t0 = now_ns()
+        t0 = now_ns(HIP)
     rm = tl.arange(0, BM)
 
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
-            maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, H // BN, nprog):
             acc = _dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
                             BM, BN, BK, STAGES)
             rn = tile * BN + tl.arange(0, BN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 0)
+            grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 0, HIP)
 
     # -- 1: reduce over the ranks present, prefix add, FFN attn-res seam --------------
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
-            maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
@@ -206,12 +206,12 @@ def k2_kernel(
             h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
             tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 1)
+            grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 1, HIP)
 
     # -- 2: the MoE front: [shared gate_up | router | latent down] ---------------------
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
-            maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, (S2 + E + L) // BN, nprog):
             n0 = tile * BN
             acc = tl.zeros((BM, BN), tl.float32)
@@ -231,13 +231,13 @@ def k2_kernel(
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2)
+            grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, HIP)
 
     kc = tl.arange(0, KB)
     # -- 3: routing, then each routed expert's gate/up and SiTU ------------------------
     if PERSISTENT or PHASE == 3:
         if PERSISTENT:
-            maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ids, wts = _route(logit_ptr, bias_ptr, M, E, TOPK, BM, BE, KB)
         if pid == 0:
             keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
@@ -265,12 +265,12 @@ def k2_kernel(
                 ri = i0 + tl.arange(0, BI)
                 tl.store(act_ptr + (t * BM + rm[:, None]) * I + ri[None, :], act)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3)
+            grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
 
     # -- 4: each routed expert's down projection; the shared experts ------------------
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
-            maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         ids = tl.load(ids_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=-1)
         n_routed = M * TOPK * (L // BL)
@@ -310,12 +310,12 @@ def k2_kernel(
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4)
+            grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
     # -- 5: latent = sum over the row's slots, in top-k order -------------------------
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
-            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
         for tile in range(pid, L // BL, nprog):
@@ -327,12 +327,12 @@ def k2_kernel(
                 acc += wk[:, None] * yk.to(tl.float32)
             tl.store(part2_ptr + rm[:, None] * (L + H) + rl[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5)
+            grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
 
     # -- 6: latent norm, up projection, the residual combine --------------------------
     if PERSISTENT or PHASE == 6:
         if PERSISTENT:
-            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID)
+            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ssq = tl.zeros((BM,), tl.float32)
         for k0 in range(0, L, BK):
             rk = k0 + tl.arange(0, BK)
