@@ -80,7 +80,7 @@ def _stub_driver(target: str):
 
 # ---- the variants ------------------------------------------------------------------------
 
-def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str):
+def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1):
     """K2 at a real TP-8 rank's shapes, with empty CPU tensors (never touched)."""
     import torch
 
@@ -105,8 +105,11 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str):
                          latent_up=torch.empty(H, L, **bf), experts=ex, params=MoeParams.from_dims(d))
     w = K2RankWeights(torch.empty(H, 1536, **bf), torch.empty(1, H, **bf), torch.empty(H, **bf),
                       torch.empty(H, **bf), moe)
-    launch = K2Launch.build(K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=132), "cpu",
-                            hip=target == "gfx950")
+    from sgl_k3_mono.k2.host import K2Peers
+
+    plan = K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=132, tp=tp)
+    peers = K2Peers.emulated(plan, "cpu")[0] if tp > 1 else None
+    launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers)
     args, meta = launch.launch_args(w, torch.empty(rows, 1536, **bf), torch.empty(rows, 8, H, **bf), 4,
                                     torch.empty(rows, H, **bf), torch.empty(rows, H, **bf))
     from sgl_k3_mono.k2.triton.kernel import k2_kernel
@@ -155,6 +158,7 @@ def variants(full: bool) -> list[tuple[str, object]]:
     for m in rows:
         for fmt in ("mxfp4", "bf16"):
             out.append((f"k2-tp8rank-{fmt}-M{m}", lambda t, fmt=fmt, m=m: _k2_variant(fmt, "sm_90", m, t)))
+        out.append((f"k2-tp8-mxfp4-M{m}", lambda t, m=m: _k2_variant("mxfp4", "sm_90", m, t, tp=8)))
         for mode in ("decode", "verify"):
             out.append((f"k1-tp8rank-{mode}-M{m}", lambda t, mode=mode, m=m: _k1_variant(mode, m, t)))
     return out

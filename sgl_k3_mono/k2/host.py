@@ -65,9 +65,6 @@ class K2Plan:
     def __post_init__(self):
         if not 1 <= self.rows <= MAX_ROWS:
             raise ValueError(f"K2Plan: rows {self.rows} outside 1..{MAX_ROWS}")
-        if self.tp != 1:
-            raise ValueError(f"K2Plan: TP {self.tp}: the in-launch reduce over peer ranks is not in this "
-                             "version; K2 runs one rank's share with the reduce over the ranks present (TP 1)")
         if self.isa not in ("sm_90", "gfx950"):
             raise ValueError(f"K2Plan: isa {self.isa!r}")
         tiles = {"H": (self.hidden, 16), "2S_l": (self.shared2, 16), "E": (self.experts, 16),
@@ -77,7 +74,8 @@ class K2Plan:
             raise ValueError("K2Plan: the Triton tiles need " + ", ".join(bad))
 
     @classmethod
-    def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int) -> "K2Plan":
+    def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int,
+                    tp: int = 1) -> "K2Plan":
         ex = w.moe.experts
         mx = isinstance(ex, Mxfp4Experts)
         if not mx and not isinstance(ex, DenseExperts):
@@ -89,7 +87,66 @@ class K2Plan:
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
                    inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
-                   situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid)
+                   situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp)
+
+
+@dataclass
+class K2Peers:
+    """TP > 1: this rank's symmetric partial buffers (two epoch-parity slots each), its
+    ready tags, and every rank's addresses of them, for the in-launch pull reduces."""
+
+    rank: int
+    tp: int
+    part1: torch.Tensor
+    """[2, M, H] bf16: this rank's o_proj partials, one slot per epoch parity."""
+    part2: torch.Tensor
+    """[2, M, L + H] bf16: this rank's [latent | shared] partials."""
+    flags: torch.Tensor
+    """int32 [4]: ready tags (o_proj parity 0, 1; MoE parity 0, 1)."""
+    part1_ptrs: torch.Tensor
+    """int64 [tp]: every rank's part1 address, rank order."""
+    part2_ptrs: torch.Tensor
+    flag_ptrs: torch.Tensor
+
+    @staticmethod
+    def layout(plan: K2Plan) -> tuple[int, int, int]:
+        """Byte offsets of part1, part2 and the flags inside one rank's symmetric buffer."""
+        p1 = 2 * plan.rows * plan.hidden * 2
+        p2 = 2 * plan.rows * (plan.latent + plan.hidden) * 2
+        return 0, p1, p1 + p2
+
+    @classmethod
+    def _over(cls, plan: K2Plan, rank: int, bufs: list[torch.Tensor], bases: list[int]) -> "K2Peers":
+        o1, o2, of = cls.layout(plan)
+        m, h, lh = plan.rows, plan.hidden, plan.latent + plan.hidden
+        mine = bufs[rank]
+        table = lambda off: torch.tensor([b + off for b in bases], dtype=torch.int64, device=mine.device)  # noqa: E731
+        return cls(rank=rank, tp=len(bases),
+                   part1=mine[o1:o2].view(torch.bfloat16).view(2, m, h),
+                   part2=mine[o2:of].view(torch.bfloat16).view(2, m, lh),
+                   flags=mine[of:of + 16].view(torch.int32), part1_ptrs=table(o1), part2_ptrs=table(o2),
+                   flag_ptrs=table(of))
+
+    @classmethod
+    def emulated(cls, plan: K2Plan, device) -> list["K2Peers"]:
+        """Every rank's buffers in this process (tests: ranks run one after another)."""
+        size = cls.layout(plan)[2] + 16
+        bufs = [torch.zeros(size, dtype=torch.uint8, device=device) for _ in range(plan.tp)]
+        bases = [b.data_ptr() for b in bufs]
+        return [cls._over(plan, r, bufs, bases) for r in range(plan.tp)]
+
+    @classmethod
+    def symmetric(cls, plan: K2Plan, group_name: str, device) -> "K2Peers":
+        """From torch.distributed._symmetric_memory (one allocation, one rendezvous)."""
+        import torch.distributed._symmetric_memory as symm
+
+        size = cls.layout(plan)[2] + 16
+        buf = symm.empty(size, dtype=torch.uint8, device=device)
+        buf.zero_()
+        handle = symm.rendezvous(buf, group_name)
+        handle.barrier()  # every rank's tags are zero before any launch publishes one
+        bufs = [buf if r == handle.rank else None for r in range(handle.world_size)]
+        return cls._over(plan, handle.rank, bufs, list(handle.buffer_ptrs))
 
 
 @dataclass
@@ -138,16 +195,26 @@ class K2Launch:
     stall: Optional[Stall] = field(default_factory=Stall.from_env)
     block: dict = field(default_factory=lambda: dict(BN=16, BK=512, BKX=512, BKD=128, BI=32, BL=64, STAGES=3,
                                                       num_warps=4))
+    peers: Optional[K2Peers] = None
+    """TP > 1: the symmetric buffers of the in-launch reduces (see K2Peers)."""
+    red: Optional[torch.Tensor] = None
+    """TP > 1: [M, L + H] bf16, the reduced [latent | shared] of this rank."""
 
     @classmethod
     def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0,
-              hip: Optional[bool] = None) -> "K2Launch":
+              hip: Optional[bool] = None, peers: Optional[K2Peers] = None) -> "K2Launch":
         """`hip`: build for an AMD GPU (default: what this torch runs on). CDNA has 160 KB
         of LDS and 64-wide waves: shallower pipelines and twice the warps keep the
         persistent program inside one CU."""
         from sgl_k3_mono.k2.triton.kernel import PHASES
 
+        if (plan.tp > 1) != (peers is not None) or (peers is not None and (peers.tp, peers.rank) != (plan.tp, rank)):
+            raise ValueError(f"K2Launch: TP {plan.tp} rank {rank} needs K2Peers of that TP and rank "
+                             f"(got {None if peers is None else (peers.tp, peers.rank)})")
         launch = cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
+        if peers is not None:
+            launch.peers = peers
+            launch.red = torch.empty(plan.rows, plan.latent + plan.hidden, dtype=torch.bfloat16, device=device)
         if hip if hip is not None else torch.version.hip is not None:
             launch.block.update(BK=256, BKX=256, STAGES=2, num_warps=8)
             launch.hip = True
@@ -183,7 +250,8 @@ class K2Launch:
             w13, w13.stride(0), w13.stride(1), sc13, sc13.stride(0), sc13.stride(1),
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), lnorm, moe.latent_up, moe.latent_up.stride(0),
-            s.part1, s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.act, s.y, s.part2, out,
+            *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.act, s.y,
+            *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
         )
         meta = dict(
@@ -192,9 +260,22 @@ class K2Launch:
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
             BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
-            STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip,
+            STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
         )
         return args, meta
+
+    def _partials(self) -> tuple:
+        return (self.peers.part1 if self.peers is not None else self.scratch.part1,)
+
+    def _partials2(self) -> tuple:
+        return (self.peers.part2 if self.peers is not None else self.scratch.part2,)
+
+    def _peer_args(self) -> tuple:
+        """peer1, peer2, flags, red, SLOT1, SLOT2 (placeholders at TP 1: never read)."""
+        p, s = self.peers, self.scratch
+        if p is None:
+            return (s.sync, s.sync, s.sync, s.part2, 0, 0)
+        return (p.part1_ptrs, p.part2_ptrs, p.flag_ptrs, self.red, p.part1[0].numel(), p.part2[0].numel())
 
     def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                  prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0,

@@ -53,11 +53,12 @@ class Case:
     nvb: int = 2
     prefix: bool = True
     seed: int = 0
+    tp: int = 1
 
     @property
     def name(self) -> str:
         return (f"{self.config}-M{self.rows}-{self.fmt}-{self.isa}-nvb{self.nvb}"
-                f"{'' if self.prefix else '-restart'}")
+                f"{'' if self.prefix else '-restart'}{'' if self.tp == 1 else f'-tp{self.tp}'}")
 
 
 def case_dims(case: Case) -> K3Dims:
@@ -82,8 +83,10 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     nb = max(case.nvb, 1) + 1
     attn, bank, prefix = make_inputs(d, case.rows, seed=case.seed + 100, nvb=case.nvb, nb=nb,
                                      with_prefix=case.prefix, device=device)
-    rw = w.shard(0, 1)
     grid = grid or (torch.cuda.get_device_properties(0).multi_processor_count if str(device).startswith("cuda") else 4)
+    if case.tp > 1:
+        return _run_tp(case, w, d, attn, bank, prefix, nb, grid, device)
+    rw = w.shard(0, 1)
     launch = K2Launch.build(K2Plan.for_weights(rw, case.rows, isa=case.isa, bank_rows=nb, grid=grid), device)
     out = torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device)
     for _ in range(repeat):
@@ -129,3 +132,35 @@ def routing_agrees(ids: torch.Tensor, ref, w: K2Weights) -> bool:
         if any(abs(choice[r, e] - kth) > TIE_TOL for e in a ^ b):
             return False
     return True
+
+
+def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, grid: int, device) -> dict:
+    """All `tp` ranks of one layer in this process, phase by phase, rank after rank; the
+    reduces pull the other ranks' partials through the emulated peer address tables."""
+    from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
+    from sgl_k3_mono.k2.triton.kernel import PHASES
+
+    tp, al = case.tp, attn.shape[1] // case.tp
+    ranks = [w.shard(r, tp) for r in range(tp)]
+    plan = K2Plan.for_weights(ranks[0], case.rows, isa=case.isa, bank_rows=nb, grid=grid, tp=tp)
+    peers = K2Peers.emulated(plan, device)
+    launches = [K2Launch.build(plan, device, rank=r, peers=peers[r]) for r in range(tp)]
+    outs = [torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device) for _ in range(tp)]
+    parts = [attn[:, r * al:(r + 1) * al].contiguous() for r in range(tp)]
+    for p in range(len(PHASES)):
+        for r in range(tp):
+            launches[r](ranks[r], parts[r], bank, case.nvb, prefix, outs[r], phase=p)
+    ref = reference_tp(w, attn, bank, case.nvb, prefix, case.isa, tp)
+    res = compare(outs[0], ref)
+    res["ranks_bitwise_equal"] = all(torch.equal(outs[0], o) for o in outs[1:])
+    res["routing_equal"] = routing_agrees(launches[0].scratch.ids.long().cpu(), ref, w) and all(
+        torch.equal(launches[0].scratch.ids, l.scratch.ids) for l in launches[1:])
+    res["router_scores"] = measure(torch.sigmoid(launches[0].scratch.logits.float().cpu()),
+                                   torch.sigmoid(ref.moe.router_logits.float().cpu()))
+    res["violations"] += violations("k2.router_scores", res["router_scores"])
+    res["finite"] = all(bool(torch.isfinite(o.float()).all()) for o in outs)
+    return res
+
+
+def reference_tp(w: K2Weights, attn, bank, nvb, prefix, isa, tp):
+    return k2_reference(attn, w, tp=tp, bank=bank, nvb=nvb, prefix=prefix, isa=isa)

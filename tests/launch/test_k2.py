@@ -24,6 +24,8 @@ CPU_CASES = [
     Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1),
     Case("k3-tiny", 8, "mxfp4", "gfx950", nvb=2),
     Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=3, prefix=False, seed=3),
+    Case("k3-tiny", 4, "bf16", "sm_90", nvb=2, tp=2, seed=4),
+    Case("k3-tiny", 8, "mxfp4", "gfx950", nvb=1, tp=4, seed=5),
 ]
 
 
@@ -32,6 +34,7 @@ def _check(res: dict, exact: bool = False) -> None:
     assert res["finite"], "output has NaN/inf: a poisoned value survived"
     assert res["violations"] == [], res
     assert res["routing_equal"], "top-k ids differ from the reference"
+    assert res.get("ranks_bitwise_equal", True), "TP ranks do not hold bit-identical rows"
     if exact:
         assert res["hidden"]["max_abs"] == 0.0, res
 

@@ -10,12 +10,18 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   3 experts_up   routing (every program, identical); act = bf16(SiTU(W13_e x))  (expert, I tile)
   4 experts_down y[r,k] = bf16(W2_e act_e[r]) (expert, L tile); shared = bf16(SiTU(gu) @ Wd^T)
   5 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
-  6 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)   (H tiles)
+  6 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
+  7 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)   (H tiles)
 
 Every weight is read once a step; activations stay in L2-resident scratch. An expert
 routed by several rows is computed once for all of them (the first (row, slot) that
 names it owns the work). Rows are padded to 16 for tl.dot; padded rows are masked.
-The reduces over TP ranks are over this rank alone in this version (TP = 1 per launch).
+TP > 1: both reduces pull. Each rank writes its partials into its own symmetric buffer,
+in the slot of this launch's epoch parity, and publishes an epoch tag (system-scope
+release); a reader waits (bounded) for every rank's tag, then sums the ranks' partials
+in rank order, so every rank holds bit-identical rows and routing. Two parity slots: a
+rank can only reuse a slot after every peer has published the next epoch, i.e. after
+every peer has finished reading it.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
+from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
-PHASES = ("o_proj", "seam", "front", "experts_up", "experts_down", "combine", "latent_up")
+PHASES = ("o_proj", "seam", "front", "experts_up", "experts_down", "combine", "reduce", "latent_up")
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
@@ -123,6 +129,24 @@ def _expert_of(ids, t, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: tl.constexpr
     return e, earlier == 0
 
 
+@triton.jit
+def _publish(flag_ptr, rank, slot, tag, pid):
+    """Program 0, after the grid barrier: this rank's partials of `slot` are ready. The
+    system-scope release also publishes the writes the barrier made visible to it."""
+    if pid == 0:
+        mine = tl.load(flag_ptr + rank).to(tl.pointer_type(tl.int32))
+        tl.atomic_xchg(mine + slot, tag, sem="release", scope="sys")
+
+
+@triton.jit
+def _wait_peers(flag_ptr, slot, tag, TP: tl.constexpr, t0, deadline_ns, err_addr, rank, layer, phase,
+                HIP: tl.constexpr):
+    """Every rank's partials of `slot` carry this launch's tag (bounded, system scope)."""
+    for q in tl.static_range(TP):
+        theirs = tl.load(flag_ptr + q).to(tl.pointer_type(tl.int32))
+        wait_eq(theirs + slot, tag, t0, deadline_ns, err_addr, rank, layer, 1, phase, "sys", HIP)
+
+
 # ---------------------------------------------------------------------------------------
 # the launch
 
@@ -139,6 +163,8 @@ def k2_kernel(
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, act_ptr, y_ptr, part2_ptr,
     out_ptr,
+    # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
+    peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase,
     # shapes and constants
@@ -149,7 +175,7 @@ def k2_kernel(
     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BKX: tl.constexpr, BKD: tl.constexpr,
     BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
-    PHASE: tl.constexpr, HIP: tl.constexpr = False,
+    PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -158,6 +184,12 @@ def k2_kernel(
     if PERSISTENT:
         t0 = now_ns(HIP)
     rm = tl.arange(0, BM)
+    if TP > 1:
+        # this launch's epoch: the parity slot of the partials and the ready tag
+        epoch = tl.load(sync_ptr + EPOCH)
+        tag = epoch + 1
+        part1_ptr += (epoch % 2) * SLOT1
+        part2_ptr += (epoch % 2) * SLOT2
 
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
@@ -170,6 +202,8 @@ def k2_kernel(
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
             grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 0, HIP)
+        if TP > 1:
+            _publish(flag_ptr, rank, epoch % 2, tag, pid)
 
     # -- 1: reduce over the ranks present, prefix add, FFN attn-res seam --------------
     if PERSISTENT or PHASE == 1:
@@ -181,8 +215,20 @@ def k2_kernel(
             tl.load(proj_ptr + rh, mask=hm, other=0.0).to(tl.float32)
         ow = tl.load(onorm_ptr + rh, mask=hm, other=0.0).to(tl.float32)
         jb = tl.arange(0, NBB)
+        if TP > 1:
+            if PERSISTENT:
+                if pid < M:
+                    _wait_peers(flag_ptr, epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 1, HIP)
         for r in range(pid, M, nprog):
-            a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32).to(tl.bfloat16).to(tl.float32)
+            if TP > 1:
+                a = tl.zeros((BH,), tl.float32)
+                for q in tl.static_range(TP):  # rank order: every rank sums alike
+                    peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
+                    a += tl.load(peer + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+                a = a.to(tl.bfloat16).to(tl.float32)
+            else:
+                a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+                a = a.to(tl.bfloat16).to(tl.float32)
             p = a
             if has_prefix != 0:
                 p = (tl.load(prefix_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32) + a)
@@ -328,15 +374,36 @@ def k2_kernel(
             tl.store(part2_ptr + rm[:, None] * (L + H) + rl[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
             grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
+        if TP > 1:
+            _publish(flag_ptr, rank, 2 + epoch % 2, tag, pid)
 
-    # -- 6: latent norm, up projection, the residual combine --------------------------
-    if PERSISTENT or PHASE == 6:
+    # -- 6: TP > 1: [latent | shared] summed over the ranks, in rank order --------------
+    red = part2_ptr
+    if TP > 1:
+        red = red_ptr
+        if PERSISTENT or PHASE == 6:
+            if PERSISTENT:
+                maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+                _wait_peers(flag_ptr, 2 + epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 6, HIP)
+            for tile in range(pid, (L + H) // BN, nprog):
+                rn = tile * BN + tl.arange(0, BN)
+                msk = rm[:, None] < M
+                acc = tl.zeros((BM, BN), tl.float32)
+                for q in tl.static_range(TP):
+                    peer = tl.load(peer2_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT2
+                    acc += tl.load(peer + rm[:, None] * (L + H) + rn[None, :], mask=msk, other=0.0).to(tl.float32)
+                tl.store(red_ptr + rm[:, None] * (L + H) + rn[None, :], acc.to(tl.bfloat16), mask=msk)
+            if PERSISTENT:
+                grid_barrier(sync_ptr, 6, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 6, HIP)
+
+    # -- 7: latent norm, up projection, the residual combine --------------------------
+    if PERSISTENT or PHASE == 7:
         if PERSISTENT:
-            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            maybe_stall(stall_phase, 7, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ssq = tl.zeros((BM,), tl.float32)
         for k0 in range(0, L, BK):
             rk = k0 + tl.arange(0, BK)
-            lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
+            lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
                           other=0.0)
             lat = lat.to(tl.float32)
             ssq += tl.sum(lat * lat, axis=1)
@@ -347,14 +414,14 @@ def k2_kernel(
             for k0 in tl.range(0, L, BK, num_stages=STAGES):
                 rk = k0 + tl.arange(0, BK)
                 km = rk < L
-                lat = tl.load(part2_ptr + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
+                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
                               other=0.0)
                 xn = lat.to(tl.float32) * rstd[:, None] * tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
                 w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
                 acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
             msk = rm[:, None] < M
             out = acc.to(tl.bfloat16).to(tl.float32)
-            shared = tl.load(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
+            shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
             x = (out + shared.to(tl.float32)).to(tl.bfloat16).to(tl.float32)
             p = tl.load(p_ptr + rm[:, None] * H + rn[None, :], mask=msk, other=0.0)
             x = (x + p.to(tl.float32)).to(tl.bfloat16)

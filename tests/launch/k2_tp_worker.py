@@ -1,0 +1,54 @@
+"""One rank of a TP K2 run under torchrun: symmetric-memory peers, persistent launches,
+the reference at the same TP, and the ranks' outputs compared. Prints one JSON line."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE)]
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from k2_cases import dims, make_inputs, routing_agrees  # noqa: E402
+from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan  # noqa: E402
+from sgl_k3_mono.k2.reference import k2_reference  # noqa: E402
+from sgl_k3_mono.k2.synthetic import random_k2_weights  # noqa: E402
+from sgl_k3_mono.numerics import measure, violations  # noqa: E402
+
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+torch.cuda.set_device(rank)  # before the process group (a group made the other way round hung here)
+dist.init_process_group("nccl")
+dev = torch.device("cuda", rank)
+fmt, rows, layers = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+d = dims("k3-small")
+w = random_k2_weights(d, fmt=fmt, device=dev, seed=1)  # same seed: the same layer on every rank
+attn, bank, prefix = make_inputs(d, rows, seed=2, nvb=2, nb=3, with_prefix=True, device=dev)
+rw = w.shard(rank, world)
+al = attn.shape[1] // world
+plan = K2Plan.for_weights(rw, rows, isa="sm_90", bank_rows=3,
+                          grid=torch.cuda.get_device_properties(dev).multi_processor_count, tp=world)
+peers = K2Peers.symmetric(plan, dist.group.WORLD.group_name, dev)
+launch = K2Launch.build(plan, dev, rank=rank, peers=peers, deadline_s=float(os.environ.get("DEADLINE_S", "20")))
+launch.errors.watch()
+mine = attn[:, rank * al:(rank + 1) * al].contiguous()
+out = torch.full((rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
+first = None
+stable = True
+for layer in range(layers):  # consecutive launches walk the epochs through both parity slots
+    launch(rw, mine, bank, 2, prefix, out, layer=layer)
+    torch.cuda.synchronize()
+    first = out.clone() if first is None else first
+    stable &= bool(torch.equal(out, first))
+ref = k2_reference(attn, w, tp=world, bank=bank, nvb=2, prefix=prefix, isa="sm_90")
+gathered = [torch.empty_like(out) for _ in range(world)]
+dist.all_gather(gathered, out)
+m = measure(out.float().cpu(), ref.out.float().cpu())
+print(json.dumps({"rank": rank, "hidden": m, "violations": violations("k2.hidden", m), "stable": stable,
+                  "ranks_bitwise_equal": all(torch.equal(gathered[0], g) for g in gathered),
+                  "routing_equal": routing_agrees(launch.scratch.ids.long().cpu(), ref, w)}), flush=True)
+dist.destroy_process_group()
