@@ -49,10 +49,10 @@ def test_k2_tp2_stalled_peer_stops_both_ranks():
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     t0 = time.time()
-    done = _torchrun(["mxfp4", "4", "3"], env={"SGL_K3_MONO_STALL": "1:1:k2:reduce", "DEADLINE_S": "3"},
+    done = _torchrun(["mxfp4", "4", "3"], env={"SGL_K3_MONO_STALL": "1:1:k2:combine", "DEADLINE_S": "3"},
                      timeout=240)
     print(done.stdout[-2000:], done.stderr[-3000:])
     assert done.returncode != 0
-    assert "rank 1, layer 1, launch K2, phase 'reduce'" in done.stderr
-    assert "rank 0, layer 1, launch K2" in done.stderr  # the waiting peer stops too
+    assert "rank 1, layer 1, launch K2, phase 'combine'" in done.stderr  # the stalled rank
+    assert "rank 0, layer 1, launch K2, phase 'reduce'" in done.stderr  # its peer, waiting for it
     assert time.time() - t0 < 180
