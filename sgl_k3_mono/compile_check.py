@@ -9,6 +9,9 @@ units, the atomics of the barrier), resources (registers, spills, local memory /
 shared memory / LDS) against the budget of one program per SM / CU. Known findings are
 listed in ALLOWED with the reason; anything else fails. Prints `N passed, M failed`.
 Compile checks say nothing about numerical correctness or speed on the hardware.
+
+The FlyDSL launch variants (gfx950) are compiled and checked by compile_check_fly.py,
+one process each, with the toolchain tools/setup_gfx950_toolchain.sh installs.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ MAX_REGS = {"sm_90": 255, "gfx950": 512}  # one program per SM/CU: the whole reg
 # (docs/evidence/gfx950.md), not a pass. gfx950 is served by the FlyDSL launches; the
 # Triton build for gfx950 is the opt-in alternative and does not yet fit a CU's registers.
 ALLOWED_SPILLS: dict[tuple[str, str], str] = {
-    ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; the FlyDSL K2 is the gfx950 launch)",
-    ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; the FlyDSL K1 is the gfx950 launch)",
+    ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has 3 of K2's phases)",
+    ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; K1 has no FlyDSL launch yet)",
     ("sm_90", "k2-"): "K2 compiles with a 5-14 KB stack frame on sm_90 (finding, docs/evidence/k2-sm90.md: "
                       "the seam holds whole 7168-wide rows and the router [16, 1024] tiles per program)",
 }
@@ -49,6 +52,7 @@ class Result:
     local_bytes: Optional[int] = None
     shared_bytes: Optional[int] = None
     seconds: float = 0.0
+    impl: str = "triton"
 
 
 def _stub_driver(target: str):
@@ -109,7 +113,8 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
 
     plan = K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=132, tp=tp)
     peers = K2Peers.emulated(plan, "cpu")[0] if tp > 1 else None
-    launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers)
+    # the argument pack is the same for every device code (one host side): build it as Triton's
+    launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers, impl="triton")
     args, meta = launch.launch_args(w, torch.empty(rows, 1536, **bf), torch.empty(rows, 8, H, **bf), 4,
                                     torch.empty(rows, H, **bf), torch.empty(rows, H, **bf))
     from sgl_k3_mono.k2.triton.kernel import k2_kernel
@@ -240,14 +245,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--only", default="", help="variant name prefix")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--one", nargs=2, metavar=("NAME", "TARGET"), help=argparse.SUPPRESS)
+    ap.add_argument("--impls", default="triton,flydsl", help="device codes to check (triton: sm_90 and gfx950; "
+                    "flydsl: gfx950)")
     a = ap.parse_args(argv)
+    if a.one and a.one[0].startswith("fly-"):  # a FlyDSL child (compile_check_fly.py)
+        print("RESULT " + json.dumps(dataclasses.asdict(_fly_child(a.one[0]))))
+        return 0
     table = dict(variants(full=True))
     if a.one:  # the child: compile one variant in this process, print its result
         print("RESULT " + json.dumps(dataclasses.asdict(check_one(a.one[0], table[a.one[0]], a.one[1]))))
         return 0
     results = []
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="sgl-k3-mono-tc-")}
-    for name, _ in variants(a.full):
+    impls = a.impls.split(",")
+    for name, _ in variants(a.full) if "triton" in impls else ():
         if not name.startswith(a.only):
             continue
         for target in a.targets.split(","):
@@ -262,12 +273,72 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"{status} {r.target:6s} {r.name:28s} regs={r.regs} spills={r.spills} local={r.local_bytes} "
                   f"shared={r.shared_bytes} ({r.seconds:.0f} s)" + "".join(f"\n       - {p}" for p in r.problems),
                   flush=True)
+    if "flydsl" in impls and "gfx950" in a.targets.split(","):
+        results += _fly_parent(a.full, a.only)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
     passed = sum(r.ok for r in results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
+
+
+# ---- FlyDSL (gfx950) ------------------------------------------------------------------
+
+def _print(r: Result) -> None:
+    status = "ok  " if r.ok else "FAIL"
+    label = r.target + ("/fly" if r.impl == "flydsl" else "")
+    print(f"{status} {label:10s} {r.name:28s} regs={r.regs} spills={r.spills} local={r.local_bytes} "
+          f"shared={r.shared_bytes} ({r.seconds:.0f} s)" + "".join(f"\n       - {p}" for p in r.problems),
+          flush=True)
+
+
+def _fly_child(name: str) -> Result:
+    import time
+
+    from sgl_k3_mono import compile_check_fly as fly
+
+    t0 = time.time()
+    res = Result(name=name, target=fly.ARCH, ok=False, problems=[], impl="flydsl")
+    try:
+        facts, problems = fly.compile_and_judge(name, os.environ.get("FLYDSL_DUMP_DIR", ""), fly.variants(True))
+    except Exception as e:  # a traced-kernel error is a failed check, with its words
+        facts, problems = None, [f"compile failed: {type(e).__name__}: {str(e)[:1500]}"]
+    res.seconds = time.time() - t0
+    if facts is not None:
+        md = facts.meta
+        res.regs, res.shared_bytes = md.get("vgpr_count"), md.get("group_segment_fixed_size")
+        res.spills = md.get("vgpr_spill_count", 0) + md.get("sgpr_spill_count", 0)
+        res.local_bytes = md.get("private_segment_fixed_size")
+    res.problems, res.ok = problems, not problems
+    return res
+
+
+def _fly_parent(full: bool, only: str) -> list[Result]:
+    """One child process a FlyDSL variant, with the gfx950 compile-only environment."""
+    import re as _re
+
+    from sgl_k3_mono import compile_check_fly as fly
+
+    out = []
+    for v in fly.variants(full):
+        if not v.name.startswith(only):
+            continue
+        dump = tempfile.mkdtemp(prefix=f"sgl-k3-mono-fly-{v.name}-")
+        done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", v.name, fly.ARCH],
+                              capture_output=True, text=True, env=fly.child_env(dump), timeout=1200)
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        r = Result(**json.loads(line[7:])) if line else Result(
+            v.name, fly.ARCH, False, [f"compiler process died (rc {done.returncode}): {done.stderr[-800:]}"],
+            impl="flydsl")
+        # LLVM writes its diagnostics from native code, past Python's redirection
+        errs = sorted(set(_re.findall(r"^.*\berror: .*$", done.stdout + done.stderr, _re.M)))
+        if errs and line:
+            r.problems.append("compiler diagnostics: " + " | ".join(errs)[:600])
+            r.ok = False
+        out.append(r)
+        _print(r)
+    return out
 
 
 if __name__ == "__main__":

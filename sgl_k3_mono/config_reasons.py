@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 
 from sgl_k3_mono.dims import K3Dims, text_config_of
 from sgl_k3_mono.isa import PROFILES, target_isa
+from sgl_k3_mono.kernels import selection_reasons
 
 KIMI_K3_TEXT = {
     # field: (value the launches are built for, what it is)
@@ -156,4 +157,6 @@ def config_disable_reasons(cfg: Any, hf_config: Any) -> list[str]:
         + _state_dtype_reasons(cfg, hf_config)
         + _speculative_reasons(cfg)
         + _isa_reasons(cfg, hf_config, isa)
+        # the device code: on gfx950 FlyDSL (pinned) unless SGL_K3_MONO_GFX950_IMPL=triton
+        + selection_reasons(isa)
     )

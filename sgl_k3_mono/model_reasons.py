@@ -9,6 +9,8 @@ and what would be accepted, so a user sees everything at once.
 
 from __future__ import annotations
 
+import os
+
 from typing import Any, Optional
 
 from sgl_k3_mono.dims import K3Dims
@@ -113,6 +115,19 @@ def _mla(r: _Reasons, where: str, attn: Any, d: K3Dims) -> None:
     r.linear(where, attn, "o_proj", (d.hidden, d.mla_out_local))
 
 
+def _aiter_layout(w13: Any, inter: int) -> str:
+    """Which AITER layout: the shuffle from the environment SGLang read at load (the same
+    variables, the same precedence), the padded width from the tensor itself."""
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
+    kind = AiterLayout.from_env(inter, os.environ).kind
+    pad = w13.shape[1] // 2 if getattr(w13, "ndim", 0) == 3 else inter
+    try:
+        return AiterLayout(kind, inter, pad).describe()
+    except ValueError:
+        return f"{kind}, expert width {pad} for {inter}: no layout SGLang 0.5.23 builds"
+
+
 def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     method = type(getattr(experts, "quant_method", None)).__name__
     E, L, I = d.experts, d.latent, d.expert_inter_local
@@ -123,8 +138,9 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         w13 = getattr(experts, "w13_weight", None)
         if getattr(w13, "is_shuffled", False) or getattr(experts, "w2_weight", None) is not None and \
                 getattr(experts.w2_weight, "is_shuffled", False):
-            r.add(where, "experts hold AITER's preshuffled MXFP4 layout; K2 reads SGLang's unshuffled "
-                  "MXFP4 layout [E, 2I, L/2] + ue8m0 scales (the preshuffle reader is not in this version)")
+            r.add(where, f"experts hold AITER's preshuffled MXFP4 layout ({_aiter_layout(w13, I)}); K2 reads "
+                  "SGLang's unshuffled MXFP4 layout [E, 2I, L/2] + ue8m0 scales (the preshuffle reader is not "
+                  "in this version; its reference: sgl_k3_mono.reference.mxfp4_aiter)")
             return
         r.tensor(where, "experts.w13_weight", w13, (E, 2 * I, L // 2), "uint8")
         r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),

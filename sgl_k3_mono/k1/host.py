@@ -31,7 +31,9 @@ from sgl_k3_mono.k1.weights import K1LocalWeights
 from sgl_k3_mono.reference.attn_res import ISAS, SeamWeights
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
 
-IMPLS = ("triton", "reference")
+IMPLS = ("triton", "reference", "flydsl")
+"""flydsl (gfx950, the default there: sgl_k3_mono.kernels.choose) has no K1 device code
+yet and is refused by run_k1; SGL_K3_MONO_GFX950_IMPL=triton runs the Triton K1."""
 DEFAULT_DEADLINE_S = float(os.environ.get("SGL_K3_MONO_DEADLINE_S", "10"))
 """How long a wait inside the launch may take before the process is stopped."""
 INTERPRET_GRID = 4
@@ -451,6 +453,9 @@ def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scra
     if impl == "reference":
         _run_reference(plan, views, io)
         return
+    if impl == "flydsl":
+        raise NotImplementedError("run_k1: K1 has no FlyDSL device code yet (sgl_k3_mono/k1/flydsl/); "
+                                  "set SGL_K3_MONO_GFX950_IMPL=triton for the Triton K1 on gfx950")
     if scratch is None:
         scratch = K1Scratch.allocate(plan, io.out.device)
     if phase is not None:

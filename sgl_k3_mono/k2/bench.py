@@ -103,7 +103,9 @@ def standard_path(w, attn, bank, nvb, prefix, out, *, top_k: int):
     return run
 
 
-def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> list[dict]:
+def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
+        block: Optional[dict] = None) -> list[dict]:
+    """`block`: tile overrides for K2Launch.block (the sweep the defaults came from)."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
@@ -132,6 +134,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True) -> 
             prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
             out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
             launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=sms), "cuda")
+            launch.block.update(block or {})
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             per_phase = []
             if phases:
@@ -163,8 +166,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--formats", default="mxfp4,bf16")
     ap.add_argument("--no-phases", action="store_true")
+    ap.add_argument("--block", action="append", default=[],
+                    help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
     a = ap.parse_args(argv)
-    run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases)
+    for spec in a.block or [""]:
+        block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
+        print(f"K2BENCH block {block or 'default'}", flush=True)
+        run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
+            block=block)
     return 0
 
 

@@ -163,6 +163,8 @@ class K2Scratch:
     routed_in: torch.Tensor
     ids: torch.Tensor
     wts: torch.Tensor
+    owner: torch.Tensor
+    """int32 [E]: per expert, the first (row, slot) routed to it (reset every launch)."""
     act: torch.Tensor
     y: torch.Tensor
     part2: torch.Tensor
@@ -177,6 +179,7 @@ class K2Scratch:
             gate_up=torch.empty(m, plan.shared2, **f32), logits=torch.empty(m, plan.experts, **f32),
             routed_in=torch.empty(m, plan.latent, **bf),
             ids=torch.empty(m, k, dtype=torch.int32, device=device), wts=torch.empty(m, k, **f32),
+            owner=torch.empty(plan.experts, dtype=torch.int32, device=device),
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
@@ -204,10 +207,13 @@ class K2Launch:
 
     @classmethod
     def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0,
-              hip: Optional[bool] = None, peers: Optional[K2Peers] = None) -> "K2Launch":
+              hip: Optional[bool] = None, peers: Optional[K2Peers] = None,
+              impl: Optional[str] = None) -> "K2Launch":
         """`hip`: build for an AMD GPU (default: what this torch runs on). CDNA has 160 KB
         of LDS and 64-wide waves: shallower pipelines and twice the warps keep the
-        persistent program inside one CU."""
+        persistent program inside one CU. `impl`: the device code (default: what
+        sgl_k3_mono.kernels.choose says for the ISA: FlyDSL on gfx950 unless
+        SGL_K3_MONO_GFX950_IMPL=triton, Triton elsewhere)."""
         from sgl_k3_mono.k2.triton.kernel import PHASES
 
         if (plan.tp > 1) != (peers is not None) or (peers is not None and (peers.tp, peers.rank) != (plan.tp, rank)):
@@ -220,10 +226,27 @@ class K2Launch:
         if hip if hip is not None else torch.version.hip is not None:
             launch.block.update(BK=256, BKX=256, STAGES=2, num_warps=8)
             launch.hip = True
+        if impl is None:
+            from sgl_k3_mono.kernels import choose
+
+            impl = choose("gfx950" if launch.hip else "sm_90").impl
+            if impl == "flydsl":  # the default must be whole: refuse at build (startup), not at step 1
+                from sgl_k3_mono.k2.flydsl.launch import missing_phases
+
+                if missing_phases():
+                    raise NotImplementedError(
+                        f"K2Launch: the FlyDSL K2 (the gfx950 default) lacks phases {list(missing_phases())}; "
+                        "set SGL_K3_MONO_GFX950_IMPL=triton for the Triton K2 on gfx950")
+        if impl not in ("triton", "flydsl") or (impl == "flydsl" and not launch.hip):
+            raise ValueError(f"K2Launch: impl {impl!r} for a {'HIP' if launch.hip else 'CUDA'} build")
+        launch.impl = impl
         return launch
 
     hip: bool = False
     """Built for an AMD GPU (the HIP timer in the waits)."""
+    impl: str = "triton"
+    """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
+    both take the arguments launch_args packs."""
 
     def launch_args(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                     prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0) -> tuple[tuple, dict]:
@@ -252,7 +275,7 @@ class K2Launch:
             w13, w13.stride(0), w13.stride(1), sc13, sc13.stride(0), sc13.stride(1),
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), lnorm, moe.latent_up, moe.latent_up.stride(0),
-            *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.act, s.y,
+            *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
         )
@@ -287,6 +310,11 @@ class K2Launch:
         from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
 
         args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
+        if self.impl == "flydsl":
+            from sgl_k3_mono.k2.flydsl.launch import run_fly
+
+            run_fly(args, meta, phase=phase, grid=self.plan.grid)
+            return out
         grid = (self.plan.grid,)
         if phase is None:
             k2_kernel[grid](*args, PHASE=-1, **meta)

@@ -123,6 +123,17 @@ CASES = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _pinned_flydsl(monkeypatch):
+    """The table is about the server setup, not this machine's packages: FlyDSL is the
+    pinned, working one here (tests/contract/test_kernel_selection.py varies it)."""
+    from sgl_k3_mono import kernels
+
+    monkeypatch.setattr(kernels, "_installed_version", lambda: kernels.FLYDSL_VERSION)
+    monkeypatch.setattr(kernels, "_import_probe", lambda: None)
+    monkeypatch.setattr(kernels, "_conflict", lambda: None)
+
+
 def _edited_config(tmp_path: Path, real_config_dir: str, edit: dict) -> str:
     cfg = json.loads((Path(real_config_dir) / "config.json").read_text())
     for key, value in edit.items():

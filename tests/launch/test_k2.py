@@ -82,7 +82,7 @@ def test_k2_gpu_small_persistent(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", [GPU_CASES[5], GPU_CASES[15]], ids=lambda c: c.name)
 def test_k2_gpu_phase_by_phase(case):
-    """The same kernel run as seven launches (how the interpreter and the phase timings run it)."""
+    """The same kernel run as one launch a phase (how the interpreter and the phase timings run it)."""
     from k2_cases import run_case
 
     res = run_case(case, "cuda", phase="all")

@@ -1,21 +1,25 @@
 """K2, the layer launch, as one persistent Triton kernel (sm_90).
 
-One program per SM walks seven phases; a grid barrier separates them (PHASE = -1).
+One program per SM walks eight phases (nine at TP > 1); a grid barrier separates them (PHASE = -1).
 With PHASE = p the same code runs phase p alone, as its own launch: the interpreter
 tests run K2 that way on the CPU, and the benchmark times the phases that way.
 
   0 o_proj       a_r = bf16(o_r @ Wo^T)                     tiles of H rows of Wo
   1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   one program a row
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
-  3 experts_up   routing (every program, identical); act = bf16(SiTU(W13_e x))  (expert, I tile)
-  4 experts_down y[r,k] = bf16(W2_e act_e[r]) (expert, L tile); shared = bf16(SiTU(gu) @ Wd^T)
-  5 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
-  6 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
-  7 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)   (H tiles)
+  3 route        top-k of one row a program; owner[e] = first (row, slot) naming e
+  4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile)
+  5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(SiTU(gu) @ Wd^T)
+  6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
+  7 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
+  8 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)   (H tiles)
 
 Every weight is read once a step; activations stay in L2-resident scratch. An expert
-routed by several rows is computed once for all of them (the first (row, slot) that
-names it owns the work). Rows are padded to 16 for tl.dot; padded rows are masked.
+routed by several rows is computed once for all of them: routing leaves, per expert,
+the first (row, slot) that names it (an atomic min, so the owner does not depend on
+timing); the expert phases number the owned pairs in (row, slot) order and spread
+(distinct expert x tile) items over the grid, so the work is balanced whatever the
+overlap between rows. Rows are padded to 16 for tl.dot; padded rows are masked.
 TP > 1: both reduces pull. Each rank writes its partials into its own symmetric buffer,
 in the slot of this launch's epoch parity, and publishes an epoch tag (system-scope
 release); a reader waits (bounded) for every rank's tag, then sums the ranks' partials
@@ -31,7 +35,7 @@ import triton.language as tl
 
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
-PHASES = ("o_proj", "seam", "front", "experts_up", "experts_down", "combine", "reduce", "latent_up")
+PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
@@ -47,86 +51,141 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
 
 
 @triton.jit
-def _e2m1(nib):
-    """An FP4 (e2m1) code 0..15 to fp32: sign | 2-bit exponent (bias 1) | 1-bit mantissa."""
-    e = (nib >> 1) & 3
-    m = (nib & 1).to(tl.float32)
-    mag = tl.where(e == 0, 0.5 * m, (1.0 + 0.5 * m) * tl.exp2((e - 1).to(tl.float32)))
-    return tl.where((nib & 8) != 0, -mag, mag)
+def _e2m1_bf16(nib):
+    """FP4 (e2m1) codes (int16, 0..15) to bf16, exactly, with integer ops only (no exp2:
+    the decode must cost less than the bytes it decodes). Normal codes (exponent e >= 1)
+    keep their exponent and mantissa bits, rebiased by 126 into bf16's exponent; the two
+    subnormal codes are 0 and 0.5 (= 126 << 7)."""
+    em = nib & 7
+    mag = tl.where(em >= 2, (em << 6) + 16128, em * 16128)
+    return (mag | ((nib & 8) << 12)).to(tl.bfloat16, bitcast=True)
 
 
 @triton.jit
 def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
-    """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn."""
-    rm = tl.arange(0, BM)
-    rn = n0 + tl.arange(0, BN)
-    for k0 in tl.range(0, K, BK, num_stages=STAGES):
-        rk = k0 + tl.arange(0, BK)
-        x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
-        acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
+              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+              GEMV: tl.constexpr = False):
+    """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn.
+    GEMV: BM is the row count rounded up to a power of two (<= 8), and the products are
+    FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
+    memory into a tensor-core operand layout (which costs more than the bytes at M <= 8)."""
+    if GEMV:
+        r3 = tl.arange(0, BM)[:, None, None]
+        n3 = (n0 + tl.arange(0, BN))[None, :, None]
+        part = tl.zeros((BM, BN, BK), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            k3 = k0 + tl.arange(0, BK)[None, None, :]
+            w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + r3 * sxm + k3, mask=(r3 < M) & (k3 < K), other=0.0).to(tl.bfloat16)
+            part += x.to(tl.float32) * w
+        acc += tl.sum(part, axis=2)
+    else:
+        rm = tl.arange(0, BM)
+        rn = n0 + tl.arange(0, BN)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            rk = k0 + tl.arange(0, BK)
+            x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+            w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
+            acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
     return acc
+
+
+@triton.jit
+def _e2m1_f32(nib):
+    """FP4 (e2m1) codes (int32; bits above the low 4 ignored) to fp32, exactly, as
+    _e2m1_bf16 does (exponent rebiased by 126; the subnormal codes are 0 and 0.5)."""
+    em = nib & 7
+    mag = tl.where(em >= 2, (em << 22) + 0x3F000000, em * 0x3F000000)
+    return (mag | ((nib & 8) << 28)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
-               BM: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr):
+               BM: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
+               GEMV: tl.constexpr = False):
     """acc += x[:M, :K] @ W^T for MXFP4 W: bytes [N, K/2] (low nibble = even element),
-    ue8m0 scales [N, K/32]. Hopper has no FP4 unit: dequantize to bf16 (exact) in registers."""
-    rm = tl.arange(0, BM)
-    rn = n0 + tl.arange(0, BN)
-    for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-        rb = kb + tl.arange(0, BKH)
-        nmask = (rn[:, None] < N) & (rb[None, :] < K // 2)
-        byte = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nmask, other=0).to(tl.int32)
-        sc = tl.load(s_ptr + rn[:, None] * ssn + (rb // 16)[None, :], mask=nmask, other=127).to(tl.float32)
-        scale = tl.exp2(sc - 127.0)
-        lo = (_e2m1(byte & 15) * scale).to(tl.bfloat16)
-        hi = (_e2m1(byte >> 4) * scale).to(tl.bfloat16)
-        xmask = (rm[:, None] < M) & (rb[None, :] < K // 2)
-        xe = tl.load(x_ptr + rm[:, None] * sxm + 2 * rb[None, :], mask=xmask, other=0.0).to(tl.bfloat16)
-        xo = tl.load(x_ptr + rm[:, None] * sxm + 2 * rb[None, :] + 1, mask=xmask, other=0.0).to(tl.bfloat16)
-        acc = tl.dot(xe, tl.trans(lo), acc)
-        acc = tl.dot(xo, tl.trans(hi), acc)
+    ue8m0 scales [N, K/32]. Hopper has no FP4 unit: decode in registers (exact).
+    Tensor-core path: the byte tile is held as [BN, groups, 16] so a group's one scale
+    broadcasts; a scale of 0 (2^-127) decodes as 0. GEMV path: see _dot_bf16."""
+    if GEMV:
+        r3 = tl.arange(0, BM)[:, None, None]
+        n3 = (n0 + tl.arange(0, BN))[None, :, None]
+        part = tl.zeros((BM, BN, BKH), tl.float32)
+        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
+            b3 = kb + tl.arange(0, BKH)[None, None, :]
+            nmask = n3 < N
+            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
+            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
+            scale = (sc << 23).to(tl.float32, bitcast=True)  # 2^(sc - 127); sc = 0 decodes as 0
+            lo = _e2m1_f32(byte) * scale
+            hi = _e2m1_f32(byte >> 4) * scale
+            xm = (r3 < M)
+            xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
+            xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
+            part += xe * lo + xo * hi
+        acc += tl.sum(part, axis=2)
+    else:
+        G: tl.constexpr = BKH // 16
+        rm = tl.arange(0, BM)
+        rn = n0 + tl.arange(0, BN)
+        rg = tl.arange(0, G)
+        rj = tl.arange(0, 16)
+        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
+            rb = kb + rg[:, None] * 16 + rj[None, :]
+            nmask = rn[:, None, None] < N
+            byte = tl.load(w_ptr + rn[:, None, None] * swn + rb[None, :, :], mask=nmask, other=0).to(tl.int16)
+            sc = tl.load(s_ptr + rn[:, None] * ssn + (kb // 16 + rg)[None, :], mask=rn[:, None] < N, other=0)
+            scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)[:, :, None]
+            lo = tl.reshape((_e2m1_bf16(byte & 15).to(tl.float32) * scale).to(tl.bfloat16), (BN, BKH))
+            hi = tl.reshape((_e2m1_bf16(byte >> 4).to(tl.float32) * scale).to(tl.bfloat16), (BN, BKH))
+            xb = kb + tl.arange(0, BKH)
+            xmask = (rm[:, None] < M) & (xb[None, :] < K // 2)
+            xe = tl.load(x_ptr + rm[:, None] * sxm + 2 * xb[None, :], mask=xmask, other=0.0).to(tl.bfloat16)
+            xo = tl.load(x_ptr + rm[:, None] * sxm + 2 * xb[None, :] + 1, mask=xmask, other=0.0).to(tl.bfloat16)
+            acc = tl.dot(xe, tl.trans(lo), acc)
+            acc = tl.dot(xo, tl.trans(hi), acc)
     return acc
 
 
 @triton.jit
-def _route(logits_ptr, bias_ptr, M, E, TOPK: tl.constexpr, BM: tl.constexpr, BE: tl.constexpr,
-           KB: tl.constexpr):
-    """Biased sigmoid top-k per row: ids [BM, KB] (descending biased score) and the
-    renormalised unbiased weights [BM, KB]. Every program computes the same answer."""
-    rm = tl.arange(0, BM)
+def _route_row(logits_ptr, bias_ptr, r, E, TOPK: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr):
+    """Biased sigmoid top-k of row r: ids [KB] in descending biased score (ties: the
+    lower expert id) and the renormalised unbiased weights [KB] (0 past TOPK)."""
     re = tl.arange(0, BE)
-    valid = (rm[:, None] < M) & (re[None, :] < E)
-    s = tl.sigmoid(tl.load(logits_ptr + rm[:, None] * E + re[None, :], mask=valid, other=0.0))
-    choice = tl.where(valid, s + tl.load(bias_ptr + re, mask=re < E, other=0.0)[None, :], float("-inf"))
+    valid = re < E
+    s = tl.sigmoid(tl.load(logits_ptr + r * E + re, mask=valid, other=0.0))
+    choice = tl.where(valid, s + tl.load(bias_ptr + re, mask=valid, other=0.0), float("-inf"))
     kc = tl.arange(0, KB)
-    ids = tl.zeros((BM, KB), tl.int32)
-    wts = tl.zeros((BM, KB), tl.float32)
+    ids = tl.zeros((KB,), tl.int32)
+    wts = tl.zeros((KB,), tl.float32)
     for k in tl.static_range(TOPK):
-        best = tl.max(choice, axis=1)
-        idx = tl.min(tl.where(choice == best[:, None], re[None, :], BE), axis=1)
-        hit = re[None, :] == idx[:, None]
-        wk = tl.sum(tl.where(hit, s, 0.0), axis=1)
-        ids = tl.where(kc[None, :] == k, idx[:, None], ids)
-        wts = tl.where(kc[None, :] == k, wk[:, None], wts)
+        idx = tl.argmax(choice, axis=0, tie_break_left=True)
+        hit = re == idx
+        ids = tl.where(kc == k, idx, ids)
+        wts = tl.where(kc == k, tl.sum(tl.where(hit, s, 0.0), axis=0), wts)
         choice = tl.where(hit, float("-inf"), choice)
-    wts = wts / (tl.sum(wts, axis=1)[:, None] + 1e-20)
-    return ids, wts
+    return ids, wts / (tl.sum(wts, axis=0) + 1e-20)
 
 
 @triton.jit
-def _expert_of(ids, t, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: tl.constexpr):
-    """Expert of flat pair t = row * TOPK + slot, and whether t is its first occurrence."""
+def _distinct(ids_ptr, owner_ptr, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: tl.constexpr):
+    """The routed (row, slot) tile, which pairs own their expert, each owner's number in
+    (row, slot) order, and how many distinct experts the step routed to."""
     rm = tl.arange(0, BM)
     kc = tl.arange(0, KB)
-    flat = rm[:, None] * TOPK + kc[None, :]
-    live = (rm[:, None] < M) & (kc[None, :] < TOPK)
-    e = tl.sum(tl.sum(tl.where(flat == t, ids, 0), axis=1), axis=0)
-    earlier = tl.sum(tl.sum(tl.where(live & (flat < t) & (ids == e), 1, 0), axis=1), axis=0)
-    return e, earlier == 0
+    keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
+    ids = tl.load(ids_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=-1)
+    own = tl.load(owner_ptr + ids, mask=keep, other=-1)
+    first = (keep & (own == rm[:, None] * TOPK + kc[None, :])).to(tl.int32)
+    per_row = tl.sum(first, axis=1)
+    number = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(first, axis=1) - 1
+    return ids, keep, first != 0, number, tl.sum(per_row, axis=0)
+
+
+@triton.jit
+def _nth_expert(ids, first, number, n):
+    """The expert the n-th owning pair names."""
+    return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
 
 
 @triton.jit
@@ -161,7 +220,8 @@ def k2_kernel(
     w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e, ssc2_n,
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
-    part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, act_ptr, y_ptr, part2_ptr,
+    part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
+    part2_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -200,6 +260,8 @@ def k2_kernel(
                             BM, BN, BK, STAGES)
             rn = tile * BN + tl.arange(0, BN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+        if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
+            tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
             grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 0, HIP)
         if TP > 1:
@@ -280,73 +342,78 @@ def k2_kernel(
             grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, HIP)
 
     kc = tl.arange(0, KB)
-    # -- 3: routing, then each routed expert's gate/up and SiTU ------------------------
+    # -- 3: routing, one row a program ------------------------------------------------
     if PERSISTENT or PHASE == 3:
         if PERSISTENT:
             maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        ids, wts = _route(logit_ptr, bias_ptr, M, E, TOPK, BM, BE, KB)
-        if pid == 0:
-            keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
-            tl.store(ids_ptr + rm[:, None] * TOPK + kc[None, :], ids, mask=keep)
-            tl.store(wts_ptr + rm[:, None] * TOPK + kc[None, :], wts, mask=keep)
-        for item in range(pid, M * TOPK * (I // BI), nprog):
-            t = item // (I // BI)
-            i0 = (item % (I // BI)) * BI
-            e, first = _expert_of(ids, t, M, TOPK, BM, KB)
-            e = e.to(tl.int64)
-            if first:
-                g = tl.zeros((BM, BI), tl.float32)
-                u = tl.zeros((BM, BI), tl.float32)
-                if MXFP4:
-                    g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                   i0, I, L, g, BM, BI, BKX // 2, STAGES)
-                    u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                   sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                   BM, BI, BKX // 2, STAGES)
-                else:
-                    g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, BM, BI, BKX, STAGES)
-                    u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                                  BM, BI, BKX, STAGES)
-                act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                ri = i0 + tl.arange(0, BI)
-                tl.store(act_ptr + (t * BM + rm[:, None]) * I + ri[None, :], act)
+        for r in range(pid, M, nprog):
+            ids, wts = _route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
+            tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
+            tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
+            tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
         if PERSISTENT:
             grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
 
-    # -- 4: each routed expert's down projection; the shared experts ------------------
+    # -- 4: each distinct routed expert's gate/up and SiTU ----------------------------
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
             maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
-        ids = tl.load(ids_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=-1)
-        n_routed = M * TOPK * (L // BL)
+        ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        for item in range(pid, n_e * (I // BI), nprog):
+            n = item // (I // BI)
+            i0 = (item % (I // BI)) * BI
+            e = _nth_expert(ids, first, number, n).to(tl.int64)
+            g = tl.zeros((BM, BI), tl.float32)
+            u = tl.zeros((BM, BI), tl.float32)
+            if MXFP4:
+                g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
+                               i0, I, L, g, BM, BI, BKX // 2, STAGES)
+                u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                               sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
+                               BM, BI, BKX // 2, STAGES)
+            else:
+                g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, BM, BI, BKX, STAGES)
+                u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
+                              BM, BI, BKX, STAGES)
+            act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+            ri = i0 + tl.arange(0, BI)
+            tl.store(act_ptr + (n * BM + rm[:, None]) * I + ri[None, :], act)
+        if PERSISTENT:
+            grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
+
+    # -- 5: each distinct routed expert's down projection; the shared experts ----------
+    if PERSISTENT or PHASE == 5:
+        if PERSISTENT:
+            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+        ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        n_routed = n_e * (L // BL)
         for item in range(pid, n_routed + H // BN, nprog):
             if item < n_routed:
-                t = item // (L // BL)
+                n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
-                e, first = _expert_of(ids, t, M, TOPK, BM, KB)
-                if first:
-                    y = tl.zeros((BM, BL), tl.float32)
-                    e64 = e.to(tl.int64)
-                    if MXFP4:
-                        y = _dot_mxfp4(act_ptr + t * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                       sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, BM, BL, BKD // 2, STAGES)
-                    else:
-                        y = _dot_bf16(act_ptr + t * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
-                                      BM, BL, BKD, STAGES)
-                    # every row that routed to e gets it, in its own (row, slot) place
-                    match = (ids == e) & keep
-                    slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
-                    has = tl.max(match.to(tl.int32), axis=1) > 0
-                    rl = l0 + tl.arange(0, BL)
-                    tl.store(y_ptr + (rm * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
-                             mask=has[:, None])
+                e = _nth_expert(ids, first, number, n)
+                y = tl.zeros((BM, BL), tl.float32)
+                e64 = e.to(tl.int64)
+                if MXFP4:
+                    y = _dot_mxfp4(act_ptr + n * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                   sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, BM, BL, BKD // 2, STAGES)
+                else:
+                    y = _dot_bf16(act_ptr + n * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
+                                  BM, BL, BKD, STAGES)
+                # every row that routed to e gets it, in its own (row, slot) place
+                match = (ids == e) & keep
+                slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
+                has = tl.max(match.to(tl.int32), axis=1) > 0
+                rl = l0 + tl.arange(0, BL)
+                tl.store(y_ptr + (rm * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
+                         mask=has[:, None])
             else:
                 n0 = (item - n_routed) * BN
                 acc = tl.zeros((BM, BN), tl.float32)
                 rn = n0 + tl.arange(0, BN)
-                for k0 in tl.range(0, S2 // 2, BK, num_stages=STAGES):
-                    rk = k0 + tl.arange(0, BK)
+                # K chunks of BKD (not BK): SiTU of [16, 512] fp32 pairs spills on sm_90
+                for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
+                    rk = k0 + tl.arange(0, BKD)
                     msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
                     g = tl.load(gu_ptr + rm[:, None] * S2 + rk[None, :], mask=msk, other=0.0)
                     u = tl.load(gu_ptr + rm[:, None] * S2 + S2 // 2 + rk[None, :], mask=msk, other=0.0)
@@ -356,12 +423,12 @@ def k2_kernel(
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
+            grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
 
-    # -- 5: latent = sum over the row's slots, in top-k order -------------------------
-    if PERSISTENT or PHASE == 5:
+    # -- 6: latent = sum over the row's slots, in top-k order -------------------------
+    if PERSISTENT or PHASE == 6:
         if PERSISTENT:
-            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
         for tile in range(pid, L // BL, nprog):
@@ -373,18 +440,18 @@ def k2_kernel(
                 acc += wk[:, None] * yk.to(tl.float32)
             tl.store(part2_ptr + rm[:, None] * (L + H) + rl[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
+            grid_barrier(sync_ptr, 6, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 6, HIP)
         if TP > 1:
             _publish(flag_ptr, rank, 2 + epoch % 2, tag, pid)
 
-    # -- 6: TP > 1: [latent | shared] summed over the ranks, in rank order --------------
+    # -- 7: TP > 1: [latent | shared] summed over the ranks, in rank order --------------
     red = part2_ptr
     if TP > 1:
         red = red_ptr
-        if PERSISTENT or PHASE == 6:
+        if PERSISTENT or PHASE == 7:
             if PERSISTENT:
-                maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-                _wait_peers(flag_ptr, 2 + epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 6, HIP)
+                maybe_stall(stall_phase, 7, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+                _wait_peers(flag_ptr, 2 + epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 7, HIP)
             for tile in range(pid, (L + H) // BN, nprog):
                 rn = tile * BN + tl.arange(0, BN)
                 msk = rm[:, None] < M
@@ -394,12 +461,12 @@ def k2_kernel(
                     acc += tl.load(peer + rm[:, None] * (L + H) + rn[None, :], mask=msk, other=0.0).to(tl.float32)
                 tl.store(red_ptr + rm[:, None] * (L + H) + rn[None, :], acc.to(tl.bfloat16), mask=msk)
             if PERSISTENT:
-                grid_barrier(sync_ptr, 6, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 6, HIP)
+                grid_barrier(sync_ptr, 7, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 7, HIP)
 
-    # -- 7: latent norm, up projection, the residual combine --------------------------
-    if PERSISTENT or PHASE == 7:
+    # -- 8: latent norm, up projection, the residual combine --------------------------
+    if PERSISTENT or PHASE == 8:
         if PERSISTENT:
-            maybe_stall(stall_phase, 7, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            maybe_stall(stall_phase, 8, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ssq = tl.zeros((BM,), tl.float32)
         for k0 in range(0, L, BK):
             rk = k0 + tl.arange(0, BK)

@@ -1,0 +1,216 @@
+"""The MXFP4 routed-expert layouts SGLang 0.5.23 leaves on ROCm, and a plain-torch
+dequantizer for each (the oracle a gfx950 expert reader is tested against).
+
+On ROCm with AITER, `Mxfp4MoEMethod` pads the expert width per rank (I_l = 384 at
+TP 8) to I_pad = round_up(I_l, 256) = 512, or to a multiple of 128 (384, no padding)
+with SGLANG_AITER_K3_OPT=1, loads w13 [E, 2 I_pad, L/2] (gate rows [0, I_l), up rows
+[I_pad, I_pad + I_l)) and w2 [E, L, I_pad/2] with ue8m0 scales [.., K/32], then
+preshuffles all four tensors in place (process_weights_after_loading). Which shuffle
+depends on AITER's SiTU activation mode, read from the environment at load:
+
+- "a16w4" (the default; also with AITER_SITUV2_A8W4=1): AITER's gate/up-interleaved
+  preshuffle. Weights, per expert, with NL = 16 lanes, KL = 4 lane groups, KP = 16 bytes:
+    w13 [2, N0, NL, K0, KL, KP] -> [N0, 2, K0, KL, NL, KP]   (N0 = I_pad/16, K0 = (L/2)/64)
+    w2  [N0, NL, K0, KL, KP]    -> [N0, K0, KL, NL, KP]      (N0 = L/16,     K0 = (I_pad/2)/64)
+  Scales, per expert, rows n = (np, n1, nl) or (n1, np, nl), columns k = (k1, kp, kl)
+  with NP = KP' = 2, NL = 16, KL = 4:
+    w13 [NP, N1, NL, K1, KP', KL] -> [N1, K1, KL, NL, KP', NP]  (NP splits gate | up)
+    w2  [N1, NP, NL, K1, KP', KL] -> [N1, K1, KL, NL, KP', NP]
+  The w2 scale shuffle needs (I_pad/32) % 8 == 0, so I_pad = 384 does not load (AITER
+  raises at startup); only I_pad = 512 exists in this mode.
+- "generic" (AITER_SITUV2_A4W4=1 without A8W4): AITER's generic 16 x 16 preshuffle.
+  Weights [.., R, C] bytes -> tiles of 16 rows x 32 bytes, each tile's 16-byte halves
+  outermost: [R/16, 16, C/32, 2, 16] -> [R/16, C/32, 2, 16, 16]. Scales, all experts'
+  rows stacked [E R, C], padded with zeros to [round_up(E R, 256), round_up(C, 8)]
+  then [S/32, 2, 16, C'/8, 2, 4] -> [S/32, C'/8, 4, 16, 2, 2]. A padded scale tensor has
+  a different shape from the unshuffled one (w2 at I_pad = 384: 12 -> 16 columns).
+
+These are facts about AITER's `aiter.ops.shuffle` functions as SGLang 0.5.23 calls them
+(`shuffle_weight_a16w4(w, 16, gate_up)`, `shuffle_scale_a16w4(s, E, gate_up)`,
+`shuffle_weight(w, is_guinterleave=False, gate_up=..)`, `shuffle_scale(s, experts_cnt=E,
+is_guinterleave=False, gate_up=..)`); AITER does not install on a CPU machine, so the
+functions here are this project's own statement of those permutations, each tested to
+be a bijection that the dequantizer inverts exactly. K2 reads none of these layouts yet:
+model_reasons refuses them per layer, naming the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import torch
+
+from sgl_k3_mono.reference import mxfp4
+
+LAYOUTS = ("a16w4", "generic")
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+@dataclass(frozen=True)
+class AiterLayout:
+    """Which preshuffle and which padded expert width one MoE layer's experts hold."""
+
+    kind: str
+    """"a16w4" (gate/up-interleaved preshuffle) or "generic" (16 x 16 preshuffle)."""
+    inter: int
+    """I_l: the true expert width a rank holds."""
+    inter_pad: int
+    """I_pad: the width the tensors are allocated with (512 or 384 at TP 8)."""
+
+    def __post_init__(self):
+        if self.kind not in LAYOUTS:
+            raise ValueError(f"AiterLayout: kind {self.kind!r} is not one of {LAYOUTS}")
+        if self.inter_pad < self.inter or self.inter_pad % 128:
+            raise ValueError(f"AiterLayout: I_pad {self.inter_pad} for I {self.inter}")
+
+    @classmethod
+    def from_env(cls, inter: int, env: Mapping[str, str]) -> "AiterLayout":
+        """The layout SGLang 0.5.23 builds under `env` (read at load, as SGLang reads it)."""
+        on = lambda k: str(env.get(k, "false")).strip().lower() in ("1", "true", "yes", "on")  # noqa: E731
+        kind = "a16w4" if on("AITER_SITUV2_A8W4") or not on("AITER_SITUV2_A4W4") else "generic"
+        return cls(kind, inter, _round_up(inter, 128 if on("SGLANG_AITER_K3_OPT") else 256))
+
+    def describe(self) -> str:
+        pad = f"expert width padded {self.inter} -> {self.inter_pad}" if self.inter_pad != self.inter \
+            else f"expert width {self.inter} unpadded"
+        what = "gate/up-interleaved a16w4 preshuffle" if self.kind == "a16w4" else "generic 16x16 preshuffle"
+        return f"AITER {what}, {pad}"
+
+
+# ---- weights ----------------------------------------------------------------------------
+
+def _w_a16w4_dims(x: torch.Tensor, gate_up: bool) -> tuple:
+    e, n, kb = x.shape
+    halves = 2 if gate_up else 1
+    if (n // halves) % 16 or kb % 64:
+        raise ValueError(f"mxfp4_aiter: a16w4 weight {tuple(x.shape)} needs rows/{halves} % 16 and K/2 % 64")
+    return e, halves, n // halves // 16, kb // 64
+
+
+def shuffle_weight_a16w4(x: torch.Tensor, gate_up: bool) -> torch.Tensor:
+    e, h, n0, k0 = _w_a16w4_dims(x, gate_up)
+    v = x.reshape(e, h, n0, 16, k0, 4, 16)
+    return v.permute(0, 2, 1, 4, 5, 3, 6).reshape(x.shape).contiguous()
+
+
+def unshuffle_weight_a16w4(x: torch.Tensor, gate_up: bool) -> torch.Tensor:
+    e, h, n0, k0 = _w_a16w4_dims(x, gate_up)
+    v = x.reshape(e, n0, h, k0, 4, 16, 16)  # (e, n0, half, k0, kl, nl, kp)
+    return v.permute(0, 2, 1, 5, 3, 4, 6).reshape(x.shape).contiguous()
+
+
+def _w_generic_dims(x: torch.Tensor) -> tuple:
+    r, c = x.shape[-2:]
+    if r % 16 or c % 32:
+        raise ValueError(f"mxfp4_aiter: generic weight {tuple(x.shape)} needs rows % 16 and bytes % 32")
+    return r // 16, c // 32
+
+
+def shuffle_weight_generic(x: torch.Tensor) -> torch.Tensor:
+    r0, c0 = _w_generic_dims(x)
+    v = x.reshape(-1, r0, 16, c0, 2, 16)
+    return v.permute(0, 1, 3, 4, 2, 5).reshape(x.shape).contiguous()
+
+
+def unshuffle_weight_generic(x: torch.Tensor) -> torch.Tensor:
+    r0, c0 = _w_generic_dims(x)
+    v = x.reshape(-1, r0, c0, 2, 16, 16)  # (.., r0, c0, half, row, byte)
+    return v.permute(0, 1, 4, 2, 3, 5).reshape(x.shape).contiguous()
+
+
+# ---- scales -----------------------------------------------------------------------------
+
+def _s_a16w4_dims(s: torch.Tensor) -> tuple:
+    e, n, k = s.shape
+    if n % 32 or k % 8:
+        raise ValueError(f"mxfp4_aiter: a16w4 scales {tuple(s.shape)} need rows % 32 and columns % 8 "
+                         "(AITER's shuffle fails to load such a layer)")
+    return e, n // 32, k // 8
+
+
+def shuffle_scale_a16w4(s: torch.Tensor, gate_up: bool) -> torch.Tensor:
+    """s: [E, N, K/32] -> the same shape, shuffled per expert."""
+    e, n1, k1 = _s_a16w4_dims(s)
+    if gate_up:
+        v = s.reshape(e, 2, n1, 16, k1, 2, 4).permute(0, 2, 4, 6, 3, 5, 1)
+    else:
+        v = s.reshape(e, n1, 2, 16, k1, 2, 4).permute(0, 1, 4, 6, 3, 5, 2)
+    return v.reshape(s.shape).contiguous()
+
+
+def unshuffle_scale_a16w4(s: torch.Tensor, gate_up: bool) -> torch.Tensor:
+    e, n1, k1 = _s_a16w4_dims(s)
+    v = s.reshape(e, n1, k1, 4, 16, 2, 2)  # (e, n1, k1, kl, nl, kp, np)
+    if gate_up:
+        v = v.permute(0, 6, 1, 4, 2, 5, 3)  # -> (e, np, n1, nl, k1, kp, kl)
+    else:
+        v = v.permute(0, 1, 6, 4, 2, 5, 3)  # -> (e, n1, np, nl, k1, kp, kl)
+    return v.reshape(s.shape).contiguous()
+
+
+def shuffle_scale_generic(s: torch.Tensor) -> torch.Tensor:
+    """s: [E, N, K/32] -> [round_up(E N, 256), round_up(K/32, 8)] (zero padded, shuffled)."""
+    e, n, k = s.shape
+    rows, cols = _round_up(e * n, 256), _round_up(k, 8)
+    padded = torch.zeros(rows, cols, dtype=s.dtype, device=s.device)
+    padded[:e * n, :k] = s.reshape(e * n, k)
+    v = padded.reshape(rows // 32, 2, 16, cols // 8, 2, 4).permute(0, 3, 5, 2, 4, 1)
+    return v.reshape(rows, cols).contiguous()
+
+
+def unshuffle_scale_generic(s: torch.Tensor, experts: int, rows: int, cols: int) -> torch.Tensor:
+    """Inverse of shuffle_scale_generic, dropping the padding: -> [experts, rows, cols]."""
+    sr, sc = s.shape
+    if sr % 256 or sc % 8 or sr < experts * rows or sc < cols:
+        raise ValueError(f"mxfp4_aiter: generic scales {tuple(s.shape)} cannot hold [{experts}, {rows}, {cols}]")
+    v = s.reshape(sr // 32, sc // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2)
+    return v.reshape(sr, sc)[:experts * rows, :cols].reshape(experts, rows, cols).contiguous()
+
+
+# ---- the held tensors, both ways ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class HeldExperts:
+    """The four tensors one MoE layer holds (all experts), in some layout."""
+
+    w13: torch.Tensor
+    w13_scale: torch.Tensor
+    w2: torch.Tensor
+    w2_scale: torch.Tensor
+
+
+def shuffle(plain: HeldExperts, layout: AiterLayout) -> HeldExperts:
+    """SGLang's unshuffled tensors (at I_pad) -> what AITER's post-load leaves."""
+    if layout.kind == "a16w4":
+        return HeldExperts(shuffle_weight_a16w4(plain.w13, True), shuffle_scale_a16w4(plain.w13_scale, True),
+                           shuffle_weight_a16w4(plain.w2, False), shuffle_scale_a16w4(plain.w2_scale, False))
+    return HeldExperts(shuffle_weight_generic(plain.w13), shuffle_scale_generic(plain.w13_scale),
+                       shuffle_weight_generic(plain.w2), shuffle_scale_generic(plain.w2_scale))
+
+
+def unshuffle(held: HeldExperts, layout: AiterLayout, *, latent: int) -> HeldExperts:
+    """The inverse: AITER's layout -> SGLang's unshuffled tensors at I_pad."""
+    e, ip = held.w13.shape[0], layout.inter_pad
+    if tuple(held.w13.shape) != (e, 2 * ip, latent // 2) or tuple(held.w2.shape) != (e, latent, ip // 2):
+        raise ValueError(f"mxfp4_aiter: w13 {tuple(held.w13.shape)} / w2 {tuple(held.w2.shape)} do not hold "
+                         f"{layout} at L={latent}")
+    if layout.kind == "a16w4":
+        return HeldExperts(unshuffle_weight_a16w4(held.w13, True), unshuffle_scale_a16w4(held.w13_scale, True),
+                           unshuffle_weight_a16w4(held.w2, False), unshuffle_scale_a16w4(held.w2_scale, False))
+    return HeldExperts(unshuffle_weight_generic(held.w13),
+                       unshuffle_scale_generic(held.w13_scale, e, 2 * ip, latent // 32),
+                       unshuffle_weight_generic(held.w2), unshuffle_scale_generic(held.w2_scale, e, latent, ip // 32))
+
+
+def dequant_expert(held: HeldExperts, layout: AiterLayout, e: int, *, latent: int,
+                   plain: Optional[HeldExperts] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expert e's fp32 (w13 [2 I, L] gate rows then up rows, w2 [L, I]) from AITER's layout,
+    the padding dropped: the values a reader of this layout must reproduce exactly.
+    `plain`: the unshuffled tensors if already computed (unshuffling all experts is the cost)."""
+    p = plain if plain is not None else unshuffle(held, layout, latent=latent)
+    return (mxfp4.dequant_w13(p.w13[e], p.w13_scale[e], layout.inter),
+            mxfp4.dequant_w2(p.w2[e], p.w2_scale[e], layout.inter))

@@ -1,0 +1,131 @@
+"""Device-side synchronisation for the FlyDSL launches (gfx950), shared by K1 and K2:
+the same semantics as triton_sync.py, so the host side (failure.py's error record,
+the sync words, the stall switch) is the same for both device codes.
+
+- Every wait polls with acquire loads at the wait's scope and reads the constant-rate
+  timer (s_memrealtime, 100 MHz); past the deadline it records (rank, layer, launch,
+  phase, waited ms) in the pinned-host error record with system-scope atomics and
+  traps (s_trap 2), so the process stops instead of hanging.
+- The grid barrier: one arrival a workgroup (agent-scope release add), a bounded
+  acquire spin, workgroup barriers either side. `depart` resets the words and advances
+  the epoch once every workgroup is past the last barrier.
+- Fault injection: workgroup 0 of the chosen rank/layer/launch holds at a phase until
+  its deadline, as a hung peer would.
+
+These are traced helpers: called from inside an @flyc.kernel, they emit IR. Python
+`if`/`while` on device values inside them need FlyDSL's AST rewrite, which `_device`
+applies (the kernel body gets it from @flyc.kernel). Only FlyDSL imports this module.
+"""
+
+from __future__ import annotations
+
+import flydsl.expr as fx
+from flydsl._mlir import ir
+from flydsl._mlir.dialects import llvm as _llvm
+from flydsl.compiler.ast_rewriter import ASTRewriter
+
+ARRIVE, DEPART, EPOCH = 0, 1, 2
+"""int32 words of a launch's sync buffer (as in triton_sync.py)."""
+AGENT = fx.rocdl.SyncScope.Agent
+SYSTEM = None
+"""FlyDSL's system scope: the peers' buffers and the pinned-host record need it."""
+ACQ, REL, ACQREL, RELAXED = (fx.AtomicOrdering.Acquire, fx.AtomicOrdering.Release, fx.AtomicOrdering.AcqRel,
+                             fx.AtomicOrdering.Monotonic)
+
+
+def _device(fn):
+    """FlyDSL's control-flow rewrite for a helper defined outside a kernel body."""
+    return ASTRewriter.transform(fn)
+
+
+def now_ns():
+    """Nanoseconds from the 100 MHz constant-rate counter (s_memrealtime; the wait
+    makes the scalar load complete before the value is used)."""
+    ticks = _llvm.inline_asm(ir.IntegerType.get_signless(64), [], "s_memrealtime $0\ns_waitcnt lgkmcnt(0)", "=s",
+                             has_side_effects=True)
+    return fx.Int64(ticks) * 10
+
+
+def trap():
+    """A deliberate GPU fault: HIP reports it and the process ends (never a hang).
+    Inline asm, so no optimiser can drop it as it may a store to null."""
+    _llvm.inline_asm(ir.IntegerType.get_signless(32), [], "s_trap 2", "=v", has_side_effects=True)
+
+
+@_device
+def fail(rec, rank, layer, launch_id, phase, waited_ns):
+    """Record the expired wait (first writer wins) in the pinned-host record, then trap.
+    `rec` is an int32 pointer to failure.ErrorRecord's words: [flag, rank, layer,
+    launch, phase, waited ms, claim]."""
+    old, won = fx.atomic_cas(rec + 6, fx.Int32(0), fx.Int32(1), syncscope=SYSTEM)
+    if old == 0:
+        fx.atomic_xchg(rec + 1, fx.Int32(rank), syncscope=SYSTEM, ordering=RELAXED)
+        fx.atomic_xchg(rec + 2, fx.Int32(layer), syncscope=SYSTEM, ordering=RELAXED)
+        fx.atomic_xchg(rec + 3, fx.Int32(launch_id), syncscope=SYSTEM, ordering=RELAXED)
+        fx.atomic_xchg(rec + 4, fx.Int32(phase), syncscope=SYSTEM, ordering=RELAXED)
+        fx.atomic_xchg(rec + 5, fx.Int32(waited_ns // 1000000), syncscope=SYSTEM, ordering=RELAXED)
+        fx.atomic_xchg(rec, fx.Int32(1), syncscope=SYSTEM, ordering=REL)
+    trap()
+
+
+@_device
+def wait_geq(ptr, target, t0, deadline_ns, rec, rank, layer, launch_id, phase, scope):
+    """One thread: spin until *ptr >= target (acquire at `scope`), bounded by the deadline."""
+    seen = fx.generic_load(ptr, memory_order=ACQ, syncscope=scope)
+    while seen < target:
+        waited = now_ns() - t0
+        if waited > deadline_ns:
+            fail(rec, rank, layer, launch_id, phase, waited)
+        fx.rocdl.s_sleep(1)
+        seen = fx.generic_load(ptr, memory_order=ACQ, syncscope=scope)
+
+
+@_device
+def wait_eq(ptr, tag, t0, deadline_ns, rec, rank, layer, launch_id, phase, scope):
+    """One thread: spin until *ptr == tag (acquire at `scope`): an epoch-tagged slot is ready."""
+    seen = fx.generic_load(ptr, memory_order=ACQ, syncscope=scope)
+    while seen != tag:
+        waited = now_ns() - t0
+        if waited > deadline_ns:
+            fail(rec, rank, layer, launch_id, phase, waited)
+        fx.rocdl.s_sleep(1)
+        seen = fx.generic_load(ptr, memory_order=ACQ, syncscope=scope)
+
+
+@_device
+def grid_barrier(sync, index, nblk, t0, deadline_ns, rec, rank, layer, launch_id, phase):
+    """Barrier `index` (0, 1, ...) of this launch over all co-resident workgroups."""
+    tid = fx.thread_idx.x
+    fx.gpu.barrier()
+    if tid == 0:
+        fx.atomic_add(sync + ARRIVE, fx.Int32(1), syncscope=AGENT, ordering=REL)
+        wait_geq(sync + ARRIVE, (index + 1) * nblk, t0, deadline_ns, rec, rank, layer, launch_id, phase, AGENT)
+    fx.gpu.barrier()
+
+
+@_device
+def depart(sync, nblk):
+    """After the launch's last barrier: the last workgroup out resets the counters and
+    advances the epoch, so the next launch on this buffer starts from zero (stream order)."""
+    tid = fx.thread_idx.x
+    fx.gpu.barrier()
+    if tid == 0:
+        old = fx.atomic_add(sync + DEPART, fx.Int32(1), syncscope=AGENT, ordering=ACQREL)
+        if old == nblk - 1:
+            fx.atomic_xchg(sync + ARRIVE, fx.Int32(0), syncscope=AGENT, ordering=RELAXED)
+            fx.atomic_xchg(sync + DEPART, fx.Int32(0), syncscope=AGENT, ordering=RELAXED)
+            fx.atomic_add(sync + EPOCH, fx.Int32(1), syncscope=AGENT, ordering=REL)
+
+
+@_device
+def maybe_stall(stall_phase, phase, t0, deadline_ns, rec, rank, layer, launch_id):
+    """Fault injection: thread 0 of workgroup 0 holds at `phase` until the deadline."""
+    if stall_phase == phase:
+        if fx.block_idx.x == 0:
+            if fx.thread_idx.x == 0:
+                waited = now_ns() - t0
+                while waited <= deadline_ns:
+                    fx.rocdl.s_sleep(8)
+                    waited = now_ns() - t0
+                fail(rec, rank, layer, launch_id, phase, waited)
+    fx.gpu.barrier()
