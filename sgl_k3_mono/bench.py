@@ -1,11 +1,12 @@
-"""`sgl-k3-mono bench <launch>`: benchmarks are scripts, one per launch (GPU only)."""
+"""`sgl-k3-mono bench <launch>`: benchmarks are scripts, one per launch and one for the
+whole step (GPU only)."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Optional
 
-LAUNCHES = {"k2": "sgl_k3_mono.k2.bench", "k1": "sgl_k3_mono.k1.bench"}
+LAUNCHES = {"k2": "sgl_k3_mono.k2.bench", "k1": "sgl_k3_mono.k1.bench", "step": "sgl_k3_mono.forward.bench"}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -1,27 +1,24 @@
 """`spec.build`: turns the loaded model into the object SGLang routes served steps to.
 
-Not in this version: the launches and the step forward land with the forward issue.
-Until then `build` refuses with one error that says what is missing; SGLang raises it
-from install_monokernel_forward and the server does not start (no silent fallback).
+A thin hook: the build and the step forward live in `sgl_k3_mono/forward/` (imported
+here lazily, so importing the spec stays as light as it was). Every refusal is raised
+from SGLang's install_monokernel_forward and the server does not start (no silent
+fallback).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sgl_k3_mono import __version__
-
-MISSING = (
-    f"sgl-k3-mono {__version__} cannot build the Kimi-K3 monokernels yet: the decode-step "
-    "forward (K1 and K2 launches and their step routing) is not in this version. "
-    "Start the server without --enable-amd-monokernel, or install a version whose "
-    "`sgl-k3-mono check` says it builds."
+STATUS = (
+    "the step forward (K1 and K2 launches per layer, SGLang's MLA, layer 0 and logits) is built at "
+    "startup; it has not yet run inside a SGLang server on any GPU (docs/evidence/step-sm90.md says what "
+    "has run where)"
 )
-
-
-class NotBuildable(RuntimeError):
-    """The spec accepted the setup but this version has no forward to build."""
+"""What `sgl-k3-mono check` notes under a SERVE verdict."""
 
 
 def build(model: Any, hf_config: Any, ctx: Any) -> Any:
-    raise NotBuildable(MISSING)
+    from sgl_k3_mono.forward.build import build as _build
+
+    return _build(model, hf_config, ctx)

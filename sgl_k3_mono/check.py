@@ -177,7 +177,7 @@ def expert_format(hf_config: object) -> str:
 
 
 def report(v: Verdict, isa: str) -> str:
-    from sgl_k3_mono.build import MISSING
+    from sgl_k3_mono.build import STATUS
 
     profile = PROFILES.get(isa)
     d = K3Dims.from_config(v.hf_config, tp=v.tp)
@@ -192,7 +192,7 @@ def report(v: Verdict, isa: str) -> str:
         lines += [f"  - {r}" for r in v.reasons] or ["  - no reason: accepted"]
     elif v.serves:
         lines.append(f"verdict: SERVE: SGLang accepts {FLAG} for this setup")
-        lines.append(f"  note: {MISSING}")
+        lines.append(f"  note: {STATUS}")
     else:
         lines.append(f"verdict: REFUSE: SGLang stops at startup with {len(v.reasons)} reason(s):")
         lines += [f"  - {r}" for r in v.reasons]

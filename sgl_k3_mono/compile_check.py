@@ -208,8 +208,11 @@ def check_one(name: str, build, target: str) -> Result:
             res.problems.append("PTX does not target sm_90")
         if ptx.count("\n") < 200:
             res.problems.append("kernel body is nearly empty")
-        if "mma" not in ptx:
+        tensor_cores = not (meta.get("DENSE_GEMV") and meta.get("EXPERT_GEMV"))
+        if tensor_cores and "mma" not in ptx:
             res.problems.append("no mma/wgmma instruction: the projections do not use the tensor cores")
+        if not tensor_cores and "fma.rn.f32" not in ptx:
+            res.problems.append("GEMV build without fma.rn.f32: the products are not FMAs")
         if "atom" not in ptx and "red." not in ptx:
             res.problems.append("no atomic: the grid barrier is missing")
     else:

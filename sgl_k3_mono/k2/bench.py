@@ -134,7 +134,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
             out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
             launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=sms), "cuda")
-            launch.block.update(block or {})
+            launch.set_block(**(block or {}))
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             per_phase = []
             if phases:

@@ -188,6 +188,33 @@ class K2Scratch:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
+def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int) -> dict:
+    """Tile sizes for one launch. Dense phases (o_proj, front, shared down, latent up):
+    tensor cores with rows padded to 16, or GEMV (rows rounded up to a power of two,
+    products as FMAs in the weights' load layout, no detour through shared memory).
+    Expert phases: the same choice, made separately. GEMV product tiles
+    [rows, N tile, K chunk] are sized to about 32 fp32 registers a thread, and the
+    expert down tile narrows as rows grow so its K chunk stays >= 32 MXFP4 bytes."""
+    rb = _next_pow2(rows)
+    budget = 32 * 32 * num_warps
+    pow2_at_most = lambda n: 1 << (max(1, int(n)).bit_length() - 1)  # noqa: E731
+    clamp = lambda v, lo, hi: max(lo, min(hi, pow2_at_most(v)))  # noqa: E731
+    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), BN=16, STAGES=3, num_warps=num_warps)
+    t["BK"] = clamp(budget // (rb * 16), 64, 512) if dense_gemv else 512
+    if expert_gemv:
+        bl = 64 if rb <= 2 else 32 if rb <= 4 else 16
+        t.update(BI=16, BL=bl, BKX=2 * clamp(budget // (rb * 16), 32, 256), BKD=2 * clamp(budget // (rb * bl), 32, 64))
+    else:
+        t.update(BI=32, BL=64, BKX=512, BKD=128)
+    return t
+
+
+def default_tiles(rows: int) -> dict:
+    """Measured on the H200 (docs/evidence/k2-sm90.md): GEMV experts at every M; GEMV
+    dense phases up to 2 rows, tensor cores above; 8 warps."""
+    return k2_tiles(rows, dense_gemv=rows <= 2, expert_gemv=True, num_warps=8)
+
+
 @dataclass
 class K2Launch:
     """One rank's K2 for one plan: call it once per MoE layer."""
@@ -198,8 +225,8 @@ class K2Launch:
     deadline_s: float = 60.0
     rank: int = 0
     stall: Optional[Stall] = field(default_factory=Stall.from_env)
-    block: dict = field(default_factory=lambda: dict(BN=16, BK=512, BKX=512, BKD=128, BI=32, BL=64, STAGES=3,
-                                                      num_warps=4))
+    block: dict = field(default_factory=dict)
+    """Tile sizes and launch options (k2_tiles; default_tiles(rows) unless set_block changes them)."""
     peers: Optional[K2Peers] = None
     """TP > 1: the symmetric buffers of the in-launch reduces (see K2Peers)."""
     red: Optional[torch.Tensor] = None
@@ -220,11 +247,14 @@ class K2Launch:
             raise ValueError(f"K2Launch: TP {plan.tp} rank {rank} needs K2Peers of that TP and rank "
                              f"(got {None if peers is None else (peers.tp, peers.rank)})")
         launch = cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
+        launch.block = default_tiles(plan.rows)
         if peers is not None:
             launch.peers = peers
             launch.red = torch.empty(plan.rows, plan.latent + plan.hidden, dtype=torch.bfloat16, device=device)
         if hip if hip is not None else torch.version.hip is not None:
-            launch.block.update(BK=256, BKX=256, STAGES=2, num_warps=8)
+            # CDNA: tensor-core (MFMA) tiles throughout; the GEMV choice is measured on sm_90 only
+            launch.block = dict(k2_tiles(plan.rows, dense_gemv=False, expert_gemv=False, num_warps=8),
+                                BK=256, BKX=256, STAGES=2)
             launch.hip = True
         if impl is None:
             from sgl_k3_mono.kernels import choose
@@ -244,6 +274,15 @@ class K2Launch:
 
     hip: bool = False
     """Built for an AMD GPU (the HIP timer in the waits)."""
+
+    def set_block(self, **over) -> None:
+        """Switch tiles: DENSE_GEMV / EXPERT_GEMV / num_warps pick k2_tiles' sizes for this
+        plan's rows, then the other keys override single entries (the benchmark's sweeps)."""
+        cur = self.block
+        base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
+                        expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
+                        num_warps=over.get("num_warps", cur["num_warps"]))
+        self.block = {**base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
     both take the arguments launch_args packs."""
@@ -283,7 +322,8 @@ class K2Launch:
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
             I_UP=pl.inter_up, TOPK=pl.top_k, EPS=pl.eps, BETA=pl.situ_beta,
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
-            BM=ROW_PAD, BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
+            BM=_next_pow2(m) if b["DENSE_GEMV"] else ROW_PAD, XR=_next_pow2(m) if b["EXPERT_GEMV"] else ROW_PAD,
+            DENSE_GEMV=bool(b["DENSE_GEMV"]), EXPERT_GEMV=bool(b["EXPERT_GEMV"]), BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
         )

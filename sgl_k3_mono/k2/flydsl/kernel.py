@@ -1,21 +1,25 @@
-"""K2's device code for gfx950 in FlyDSL: the dense phases written so far, inside the
-persistent frame every phase shares.
+"""K2's device code for gfx950 in FlyDSL: all nine phases of k2/triton/kernel.py, same
+numbering, same roundings, same work split (items spread round-robin over the grid),
+inside the persistent frame every phase shares.
 
-Written (numbering and numerics as k2/triton/kernel.py):
-- o_proj     a_r = bf16(o_r @ Wo^T) into this rank's partials (the parity slot of this
-             launch's epoch at TP > 1, then the ready tag, system scope);
-- front      [shared gate_up | router | latent down] @ h2; gate_up and router logits
-             rounded to bf16 (SGLang's HIP front GEMM emits bf16) and kept as fp32,
-             routed input bf16;
-- latent_up  out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p).
-Not written: seam, route, experts_up, experts_down, combine, reduce (Triton only); the
-launcher refuses a persistent FlyDSL K2 until they exist (launch.py, FLY_PHASES).
+  0 o_proj       a_r = bf16(o_r @ Wo^T) into this rank's partials; owner[] reset
+  1 seam         seam.py: reduce over the ranks, prefix add, attn-res aggregation, norm
+  2 front        [shared gate_up | router | latent down] @ h2; gate_up and router logits
+                 rounded to bf16 when FRONT_BF16 (SGLang's HIP front GEMM emits bf16)
+  3 route        route.py: biased sigmoid top-k, owner[e] by atomic min
+  4 experts_up   experts.py (MXFP4, the plain layout)
+  5 experts_down experts.py, with the shared experts' down
+  6 combine      combine.py
+  7 reduce       combine.py (TP > 1: pulls the peers' partials)
+  8 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)
 
-The frame: start time, the stall switch at each phase, a grid barrier between phases
-(numbered in launch order), `depart` at the end (runtime/flydsl_sync.py). PHASE_MASK
-says which written phases this compiled kernel runs: one bit is one phase as its own
-launch (how tests and benchmarks run phases), several bits run them back to back.
-Every dense phase is the MFMA tile of tile.py walked round-robin by the 256 workgroups.
+The frame: start time, the stall switch at each phase, a grid barrier after every phase
+a later one reads (geometry.barrier_plan), `depart` at the end (runtime/flydsl_sync.py).
+At TP > 1 o_proj and combine publish their partials after a barrier (system-scope
+release of an epoch tag), and seam and reduce wait for every rank's tag (system-scope
+acquire, bounded) before pulling. PHASE_MASK says which phases this compiled kernel
+runs: one bit is one phase as its own launch (tests, benchmarks), all bits the
+persistent launch. Projections are the MFMA tile of tile.py.
 """
 
 from __future__ import annotations
@@ -23,13 +27,19 @@ from __future__ import annotations
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-from sgl_k3_mono.k2.flydsl.geometry import BN, LDS_FLOATS, THREADS, first_tile, out_col, out_row
-from sgl_k3_mono.k2.flydsl.tile import load16, tile_sum
-from sgl_k3_mono.runtime.flydsl_sync import EPOCH, SYSTEM, depart, grid_barrier, maybe_stall, now_ns
+from sgl_k3_mono.k2.flydsl.block import block_sums
+from sgl_k3_mono.k2.flydsl.combine import combine_phase, reduce_phase
+from sgl_k3_mono.k2.flydsl.experts import experts_down_phase, experts_up_phase
+from sgl_k3_mono.k2.flydsl.geometry import (AUX_FLOATS, BIT, BN, LDS_FLOATS, LDS_INTS, PHASES, THREADS,
+                                            barrier_plan, first_tile, out_col, out_row)
+from sgl_k3_mono.k2.flydsl.route import distinct, route_phase
+from sgl_k3_mono.k2.flydsl.seam import seam_phase
+from sgl_k3_mono.k2.flydsl.tile import bf16_rows, load16, tile_sum
+from sgl_k3_mono.runtime.flydsl_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, publish, wait_peers
 
 LAUNCH_ID = 1  # runtime.failure.LAUNCHES.index("k2")
-O_PROJ, FRONT, LATENT_UP = 1, 2, 4
-"""PHASE_MASK bits of the written phases."""
+OWNER_NONE = 0x7FFFFFFF
+"""owner[e] before routing: larger than every (row, slot)."""
 
 
 def _rsrc(t):
@@ -37,18 +47,26 @@ def _rsrc(t):
 
 
 @flyc.kernel(known_block_size=[THREADS, 1, 1])
-def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
-                  h2: fx.Tensor, wgu: fx.Tensor, wr: fx.Tensor, wdn: fx.Tensor,
-                  gu: fx.Tensor, logits: fx.Tensor, xin: fx.Tensor,
-                  red2: fx.Tensor, lnorm: fx.Tensor, wup: fx.Tensor, p: fx.Tensor, out: fx.Tensor,
-                  flags: fx.Tensor, sync: fx.Tensor,
-                  M: fx.Int32, s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
-                  s_wup: fx.Int32, slot1: fx.Int32, err_addr: fx.Int64, deadline_ns: fx.Int64,
-                  rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
+def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
+                  wo: fx.Tensor, proj: fx.Tensor, rnorm: fx.Tensor, onorm: fx.Tensor,
+                  wgu: fx.Tensor, wr: fx.Tensor, wdn: fx.Tensor, bias: fx.Tensor,
+                  w13: fx.Tensor, sc13: fx.Tensor, w2: fx.Tensor, sc2: fx.Tensor,
+                  wsd: fx.Tensor, lnorm: fx.Tensor, wup: fx.Tensor,
+                  part1: fx.Tensor, p: fx.Tensor, h2: fx.Tensor, gu: fx.Tensor, logits: fx.Tensor, xin: fx.Tensor,
+                  ids: fx.Tensor, wts: fx.Tensor, owner: fx.Tensor, act: fx.Tensor, y: fx.Tensor,
+                  part2: fx.Tensor, out: fx.Tensor,
+                  peer1: fx.Tensor, peer2: fx.Tensor, flags: fx.Tensor, red: fx.Tensor, sync: fx.Tensor,
+                  M: fx.Int32, nvb: fx.Int32, has_prefix: fx.Int32,
+                  s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
+                  s13_e: fx.Int32, s13_n: fx.Int32, ssc13_e: fx.Int32, ssc13_n: fx.Int32,
+                  s2_e: fx.Int32, s2_n: fx.Int32, ssc2_e: fx.Int32, ssc2_n: fx.Int32,
+                  s_wsd: fx.Int32, s_wup: fx.Int32, slot1: fx.Int32, slot2: fx.Int32,
+                  err_addr: fx.Int64, deadline_ns: fx.Int64, rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
                   H: fx.Constexpr[int], A: fx.Constexpr[int], S2: fx.Constexpr[int], E: fx.Constexpr[int],
-                  L: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
-                  FRONT_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int],
-                  ID_O_PROJ: fx.Constexpr[int], ID_FRONT: fx.Constexpr[int], ID_LATENT_UP: fx.Constexpr[int]):
+                  L: fx.Constexpr[int], I: fx.Constexpr[int], I_UP: fx.Constexpr[int], TOPK: fx.Constexpr[int],
+                  NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
+                  BETA: fx.Constexpr[float], LBETA: fx.Constexpr[float],
+                  FRONT_BF16: fx.Constexpr[bool], MIX_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int]):
     tid = fx.thread_idx.x
     bid = fx.block_idx.x
     nblk = fx.grid_dim.x
@@ -56,49 +74,75 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
     sync_p = fx.get_iter(sync)
     rec = fx.inttoptr(sync_p.type, err_addr)
     t0 = now_ns()
-    red = fx.SharedAllocator().allocate(fx.Array[fx.Float32, LDS_FLOATS, 16]).peek()
+    lds = fx.SharedAllocator()
+    red_lds = lds.allocate(fx.Array[fx.Float32, LDS_FLOATS, 16]).peek()
+    aux = lds.allocate(fx.Array[fx.Float32, AUX_FLOATS, 16]).peek()
+    ints = lds.allocate(fx.Array[fx.Int32, LDS_INTS, 16]).peek()
     # B operand rows: step row r16, or a valid row for the padded MFMA columns
-    m_in = r16
-    if m_in >= M:
-        m_in = fx.Int32(0)
+    m_in = (r16 < M).select(r16, 0)
     n_loc = out_row(tid)
     m_out = out_col(tid)
-    barriers = 0  # grid barriers so far (trace time): each phase after the first waits on one
+    plan = barrier_plan(PHASE_MASK, TP)
+    done = [0]  # grid barriers so far (trace time): barrier i waits for (i + 1) arrivals a workgroup
 
-    # ---- o_proj ---------------------------------------------------------------------
-    if PHASE_MASK & O_PROJ:
-        epoch = fx.Int32(0)
-        if TP > 1:
-            epoch = fx.generic_load(sync_p + EPOCH)
-        maybe_stall(stall, ID_O_PROJ, t0, deadline_ns, rec, rank, layer, LAUNCH_ID)
-        w_rsrc, x_rsrc = _rsrc(wo), _rsrc(attn)
-        out_p = fx.get_iter(part1) + (epoch % 2) * slot1
+    def end_of(name):
+        """After phase `name`: the grid barrier, then the ready tag, as the plan says."""
+        if plan[name]["barrier"]:
+            grid_barrier(sync_p, done[0], nblk, t0, deadline_ns, rec, rank, layer, LAUNCH_ID, PHASES.index(name))
+            done[0] += 1
+        if plan[name]["publish"]:
+            slot = epoch % 2 if name == "o_proj" else 2 + epoch % 2
+            publish(flags, sync_p, rank, slot, epoch + 1)
+
+    def start(name):
+        maybe_stall(stall, PHASES.index(name), t0, deadline_ns, rec, rank, layer, LAUNCH_ID)
+
+    def pulled(table, base, slot_elems):
+        """Every rank's partials of this parity: bf16 pointers from an int64 address table."""
+        tab = fx.get_iter(table)
+        return [fx.inttoptr(base.type, fx.Int64(fx.ptr_load(tab + q))) + (epoch % 2) * slot_elems
+                for q in range(TP)]
+
+    epoch = fx.Int32(0)
+    if TP > 1:
+        epoch = fx.generic_load(sync_p + EPOCH)
+    part1_p = fx.get_iter(part1) + (epoch % 2) * slot1
+    part2_p = fx.get_iter(part2) + (epoch % 2) * slot2
+
+    # ---- 0: o_proj ------------------------------------------------------------------
+    if PHASE_MASK & BIT["o_proj"]:
+        start("o_proj")
+        x_rsrc = _rsrc(attn)
 
         def b_attn(k):
             return load16(x_rsrc, (m_in * A + k) * 2).bitcast(fx.BFloat16)
 
+        w_rsrc = _rsrc(wo)
         for tile in range(bid, H // BN, nblk):
-            total = tile_sum(w_rsrc, (tile * BN + r16) * s_wo * 2, b_attn, A, red)
+            total = tile_sum(bf16_rows(w_rsrc, (tile * BN + r16) * s_wo * 2), b_attn, A, red_lds)
             if m_out < M:
-                (out_p + (m_out * H + tile * BN + n_loc)).store(fx.BFloat16(total))
-        if PHASE_MASK != O_PROJ:
-            grid_barrier(sync_p, barriers, nblk, t0, deadline_ns, rec, rank, layer, LAUNCH_ID, ID_O_PROJ)
-            barriers += 1
-        if TP > 1:
-            if PHASE_MASK == O_PROJ:  # the partials are complete grid-wide only past a barrier
-                grid_barrier(sync_p, barriers, nblk, t0, deadline_ns, rec, rank, layer, LAUNCH_ID, ID_O_PROJ)
-                barriers += 1
-            # the peers read this rank's partials of this parity once the tag carries
-            # this launch's epoch: system-scope release, workgroup 0 alone
-            if bid == 0:
-                if tid == 0:
-                    mine = fx.inttoptr(sync_p.type, fx.Int64(fx.ptr_load(fx.get_iter(flags) + rank)))
-                    fx.atomic_xchg(mine + epoch % 2, epoch + 1, syncscope=SYSTEM,
-                                   ordering=fx.AtomicOrdering.Release)
+                (part1_p + (m_out * H + tile * BN + n_loc)).store(fx.BFloat16(total))
+        if bid == 0:  # routing takes the minimum (row, slot) per expert
+            own_p = fx.get_iter(owner)
+            for e in range(tid, E, THREADS):
+                (own_p + e).store(fx.Int32(OWNER_NONE))
+        end_of("o_proj")
 
-    # ---- front: [shared gate_up | router | latent down] @ h2 --------------------------
-    if PHASE_MASK & FRONT:
-        maybe_stall(stall, ID_FRONT, t0, deadline_ns, rec, rank, layer, LAUNCH_ID)
+    # ---- 1: seam --------------------------------------------------------------------
+    if PHASE_MASK & BIT["seam"]:
+        start("seam")
+        if plan["seam"]["wait"]:
+            if bid < M:
+                wait_peers(flags, sync_p, TP, epoch % 2, epoch + 1, t0, deadline_ns, rec, rank, layer, LAUNCH_ID,
+                           PHASES.index("seam"))
+        peers = pulled(peer1, fx.get_iter(part1), slot1) if TP > 1 else None
+        seam_phase(M, nvb, has_prefix, _rsrc(part1), peers, _rsrc(prefix), _rsrc(bank), _rsrc(proj), _rsrc(rnorm),
+                   _rsrc(onorm), fx.get_iter(p), fx.get_iter(h2), aux, H, NB, EPS, MIX_BF16)
+        end_of("seam")
+
+    # ---- 2: front: [shared gate_up | router | latent down] @ h2 -----------------------
+    if PHASE_MASK & BIT["front"]:
+        start("front")
         h_rsrc = _rsrc(h2)
 
         def b_h2(k):
@@ -107,7 +151,7 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
         # one round-robin walk over the merged rows, in three branch-free segments
         gu_rsrc, gu_p = _rsrc(wgu), fx.get_iter(gu)
         for tile in range(first_tile(bid, nblk, 0), S2 // BN, nblk):
-            total = tile_sum(gu_rsrc, (tile * BN + r16) * s_wgu * 2, b_h2, H, red)
+            total = tile_sum(bf16_rows(gu_rsrc, (tile * BN + r16) * s_wgu * 2), b_h2, H, red_lds)
             if FRONT_BF16:
                 total = fx.Float32(fx.BFloat16(total))
             if m_out < M:
@@ -115,7 +159,7 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
         r_rsrc, lg_p = _rsrc(wr), fx.get_iter(logits)
         for tile in range(first_tile(bid, nblk, S2 // BN), (S2 + E) // BN, nblk):
             row0 = tile * BN - S2
-            total = tile_sum(r_rsrc, (row0 + r16) * s_wr * 2, b_h2, H, red)
+            total = tile_sum(bf16_rows(r_rsrc, (row0 + r16) * s_wr * 2), b_h2, H, red_lds)
             if FRONT_BF16:
                 total = fx.Float32(fx.BFloat16(total))
             if m_out < M:
@@ -123,17 +167,56 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
         d_rsrc, xin_p = _rsrc(wdn), fx.get_iter(xin)
         for tile in range(first_tile(bid, nblk, (S2 + E) // BN), (S2 + E + L) // BN, nblk):
             row0 = tile * BN - S2 - E
-            total = tile_sum(d_rsrc, (row0 + r16) * s_wdn * 2, b_h2, H, red)
+            total = tile_sum(bf16_rows(d_rsrc, (row0 + r16) * s_wdn * 2), b_h2, H, red_lds)
             if m_out < M:
                 (xin_p + (m_out * L + row0 + n_loc)).store(fx.BFloat16(total))
-        if PHASE_MASK & LATENT_UP:
-            grid_barrier(sync_p, barriers, nblk, t0, deadline_ns, rec, rank, layer, LAUNCH_ID, ID_FRONT)
-            barriers += 1
+        end_of("front")
 
-    # ---- latent_up: norm(latent) @ Wup^T, + shared, + p --------------------------------
-    if PHASE_MASK & LATENT_UP:
-        maybe_stall(stall, ID_LATENT_UP, t0, deadline_ns, rec, rank, layer, LAUNCH_ID)
-        lat_rsrc, g_rsrc, u_rsrc = _rsrc(red2), _rsrc(lnorm), _rsrc(wup)
+    # ---- 3: route -------------------------------------------------------------------
+    if PHASE_MASK & BIT["route"]:
+        start("route")
+        route_phase(M, _rsrc(logits), _rsrc(bias), fx.get_iter(logits), fx.get_iter(ids), fx.get_iter(wts),
+                    fx.get_iter(owner), aux, E, TOPK)
+        end_of("route")
+
+    # ---- 4: experts_up ----------------------------------------------------------------
+    if PHASE_MASK & BIT["experts_up"]:
+        start("experts_up")
+        n_e = distinct(M, fx.get_iter(ids), fx.get_iter(owner), ints, TOPK)
+        experts_up_phase(M, n_e, ints, _rsrc(xin), _rsrc(w13), _rsrc(sc13), fx.get_iter(act),
+                         s13_e, s13_n, ssc13_e, ssc13_n, red_lds, L, I, I_UP, BETA, LBETA)
+        end_of("experts_up")
+
+    # ---- 5: experts_down, and the shared experts' down ----------------------------------
+    if PHASE_MASK & BIT["experts_down"]:
+        start("experts_down")
+        n_e = distinct(M, fx.get_iter(ids), fx.get_iter(owner), ints, TOPK)
+        experts_down_phase(M, n_e, ints, _rsrc(act), _rsrc(w2), _rsrc(sc2), fx.get_iter(y),
+                           s2_e, s2_n, ssc2_e, ssc2_n, _rsrc(gu), _rsrc(wsd), s_wsd, part2_p, red_lds,
+                           H, S2, L, I, TOPK, BETA, LBETA)
+        end_of("experts_down")
+
+    # ---- 6: combine -------------------------------------------------------------------
+    if PHASE_MASK & BIT["combine"]:
+        start("combine")
+        combine_phase(M, fx.get_iter(wts), fx.get_iter(y), part2_p, L, H, TOPK)
+        end_of("combine")
+
+    # ---- 7: reduce (TP > 1) -------------------------------------------------------------
+    if PHASE_MASK & BIT["reduce"]:
+        if TP > 1:
+            start("reduce")
+            if plan["reduce"]["wait"]:
+                wait_peers(flags, sync_p, TP, 2 + epoch % 2, epoch + 1, t0, deadline_ns, rec, rank, layer,
+                           LAUNCH_ID, PHASES.index("reduce"))
+            reduce_phase(M, pulled(peer2, fx.get_iter(part2), slot2), fx.get_iter(red), L, H)
+        end_of("reduce")
+
+    # ---- 8: latent_up: norm(latent) @ Wup^T, + shared, + p --------------------------------
+    if PHASE_MASK & BIT["latent_up"]:
+        start("latent_up")
+        src = red if TP > 1 else part2  # [latent | shared], reduced over the ranks
+        lat_rsrc, g_rsrc, u_rsrc = _rsrc(src), _rsrc(lnorm), _rsrc(wup)
         row_b = m_in * (L + H) * 2
         grp = (tid % 64) // 16
         # this lane's row's sum of squares: lane group g takes every 4th 8-column piece,
@@ -151,14 +234,14 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
             g = load16(g_rsrc, k * 2).bitcast(fx.BFloat16).to(fx.Float32)
             return (lat * rstd * g).to(fx.BFloat16)
 
-        red2_p, p_p, out_p = fx.get_iter(red2), fx.get_iter(p), fx.get_iter(out)
+        src_p, p_p, out_p = fx.get_iter(src), fx.get_iter(p), fx.get_iter(out)
         for tile in range(bid, H // BN, nblk):
-            total = tile_sum(u_rsrc, (tile * BN + r16) * s_wup * 2, b_norm, L, red)
+            total = tile_sum(bf16_rows(u_rsrc, (tile * BN + r16) * s_wup * 2), b_norm, L, red_lds)
             if m_out < M:
                 n = tile * BN + n_loc
-                y = fx.Float32(fx.BFloat16(total))
-                shared = fx.Float32(fx.ptr_load(red2_p + (m_out * (L + H) + L + n)))
-                x = fx.Float32(fx.BFloat16(y + shared))
+                yv = fx.Float32(fx.BFloat16(total))
+                shared = fx.Float32(fx.ptr_load(src_p + (m_out * (L + H) + L + n)))
+                x = fx.Float32(fx.BFloat16(yv + shared))
                 x = x + fx.Float32(fx.ptr_load(p_p + (m_out * H + n)))
                 (out_p + (m_out * H + n)).store(fx.BFloat16(x))
 
@@ -166,20 +249,30 @@ def k2_fly_kernel(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
 
 
 @flyc.jit
-def k2_fly_launch(attn: fx.Tensor, wo: fx.Tensor, part1: fx.Tensor,
-                  h2: fx.Tensor, wgu: fx.Tensor, wr: fx.Tensor, wdn: fx.Tensor,
-                  gu: fx.Tensor, logits: fx.Tensor, xin: fx.Tensor,
-                  red2: fx.Tensor, lnorm: fx.Tensor, wup: fx.Tensor, p: fx.Tensor, out: fx.Tensor,
-                  flags: fx.Tensor, sync: fx.Tensor,
-                  M: fx.Int32, s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
-                  s_wup: fx.Int32, slot1: fx.Int32, err_addr: fx.Int64, deadline_ns: fx.Int64,
-                  rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
+def k2_fly_launch(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
+                  wo: fx.Tensor, proj: fx.Tensor, rnorm: fx.Tensor, onorm: fx.Tensor,
+                  wgu: fx.Tensor, wr: fx.Tensor, wdn: fx.Tensor, bias: fx.Tensor,
+                  w13: fx.Tensor, sc13: fx.Tensor, w2: fx.Tensor, sc2: fx.Tensor,
+                  wsd: fx.Tensor, lnorm: fx.Tensor, wup: fx.Tensor,
+                  part1: fx.Tensor, p: fx.Tensor, h2: fx.Tensor, gu: fx.Tensor, logits: fx.Tensor, xin: fx.Tensor,
+                  ids: fx.Tensor, wts: fx.Tensor, owner: fx.Tensor, act: fx.Tensor, y: fx.Tensor,
+                  part2: fx.Tensor, out: fx.Tensor,
+                  peer1: fx.Tensor, peer2: fx.Tensor, flags: fx.Tensor, red: fx.Tensor, sync: fx.Tensor,
+                  M: fx.Int32, nvb: fx.Int32, has_prefix: fx.Int32,
+                  s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
+                  s13_e: fx.Int32, s13_n: fx.Int32, ssc13_e: fx.Int32, ssc13_n: fx.Int32,
+                  s2_e: fx.Int32, s2_n: fx.Int32, ssc2_e: fx.Int32, ssc2_n: fx.Int32,
+                  s_wsd: fx.Int32, s_wup: fx.Int32, slot1: fx.Int32, slot2: fx.Int32,
+                  err_addr: fx.Int64, deadline_ns: fx.Int64, rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
                   H: fx.Constexpr[int], A: fx.Constexpr[int], S2: fx.Constexpr[int], E: fx.Constexpr[int],
-                  L: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
-                  FRONT_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int],
-                  ID_O_PROJ: fx.Constexpr[int], ID_FRONT: fx.Constexpr[int], ID_LATENT_UP: fx.Constexpr[int],
+                  L: fx.Constexpr[int], I: fx.Constexpr[int], I_UP: fx.Constexpr[int], TOPK: fx.Constexpr[int],
+                  NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
+                  BETA: fx.Constexpr[float], LBETA: fx.Constexpr[float],
+                  FRONT_BF16: fx.Constexpr[bool], MIX_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int],
                   GRID: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
-    k2_fly_kernel(attn, wo, part1, h2, wgu, wr, wdn, gu, logits, xin, red2, lnorm, wup, p, out, flags, sync,
-                  M, s_wo, s_wgu, s_wr, s_wdn, s_wup, slot1, err_addr, deadline_ns, rank, layer, stall,
-                  H, A, S2, E, L, TP, EPS, FRONT_BF16, PHASE_MASK, ID_O_PROJ, ID_FRONT, ID_LATENT_UP,
+    k2_fly_kernel(attn, bank, prefix, wo, proj, rnorm, onorm, wgu, wr, wdn, bias, w13, sc13, w2, sc2, wsd, lnorm,
+                  wup, part1, p, h2, gu, logits, xin, ids, wts, owner, act, y, part2, out, peer1, peer2, flags, red,
+                  sync, M, nvb, has_prefix, s_wo, s_wgu, s_wr, s_wdn, s13_e, s13_n, ssc13_e, ssc13_n,
+                  s2_e, s2_n, ssc2_e, ssc2_n, s_wsd, s_wup, slot1, slot2, err_addr, deadline_ns, rank, layer, stall,
+                  H, A, S2, E, L, I, I_UP, TOPK, NB, TP, EPS, BETA, LBETA, FRONT_BF16, MIX_BF16, PHASE_MASK,
                   ).launch(grid=(GRID, 1, 1), block=(THREADS, 1, 1), stream=stream)

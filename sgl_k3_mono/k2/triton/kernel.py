@@ -68,7 +68,7 @@ def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
     """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn.
     GEMV: BM is the row count rounded up to a power of two (<= 8), and the products are
     FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
-    memory into a tensor-core operand layout (which costs more than the bytes at M <= 8)."""
+    memory into a tensor-core operand layout."""
     if GEMV:
         r3 = tl.arange(0, BM)[:, None, None]
         n3 = (n0 + tl.arange(0, BN))[None, :, None]
@@ -108,22 +108,28 @@ def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
     Tensor-core path: the byte tile is held as [BN, groups, 16] so a group's one scale
     broadcasts; a scale of 0 (2^-127) decodes as 0. GEMV path: see _dot_bf16."""
     if GEMV:
-        r3 = tl.arange(0, BM)[:, None, None]
-        n3 = (n0 + tl.arange(0, BN))[None, :, None]
-        part = tl.zeros((BM, BN, BKH), tl.float32)
+        # [rows, N tile, groups of 32 elements, 16 bytes]: a group's scale is one load and
+        # broadcasts; x is read as bf16 pairs (one int32 = the even and the odd element),
+        # so every load is a wide vector load, and the power-of-two scale multiplies the
+        # pair's sum exactly once.
+        G: tl.constexpr = BKH // 16
+        r4 = tl.arange(0, BM)[:, None, None, None]
+        n4 = (n0 + tl.arange(0, BN))[None, :, None, None]
+        g4 = tl.arange(0, G)[None, None, :, None]
+        j4 = tl.arange(0, 16)[None, None, None, :]
+        x_pairs = x_ptr.to(tl.pointer_type(tl.int32))
+        part = tl.zeros((BM, BN, G, 16), tl.float32)
         for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-            b3 = kb + tl.arange(0, BKH)[None, None, :]
-            nmask = n3 < N
-            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
-            scale = (sc << 23).to(tl.float32, bitcast=True)  # 2^(sc - 127); sc = 0 decodes as 0
-            lo = _e2m1_f32(byte) * scale
-            hi = _e2m1_f32(byte >> 4) * scale
-            xm = (r3 < M)
-            xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            part += xe * lo + xo * hi
-        acc += tl.sum(part, axis=2)
+            b4 = kb + g4 * 16 + j4
+            kmask = b4 < K // 2
+            byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
+            sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
+            scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)  # 2^(sc - 127); sc = 0 decodes as 0
+            pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=(r4 < M) & kmask, other=0)
+            xe = (pair << 16).to(tl.float32, bitcast=True)
+            xo = (pair & -65536).to(tl.float32, bitcast=True)
+            part += (xe * _e2m1_f32(byte) + xo * _e2m1_f32(byte >> 4)) * scale
+        acc += tl.sum(tl.sum(part, axis=3), axis=2)
     else:
         G: tl.constexpr = BKH // 16
         rm = tl.arange(0, BM)
@@ -132,9 +138,10 @@ def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
         rj = tl.arange(0, 16)
         for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
             rb = kb + rg[:, None] * 16 + rj[None, :]
-            nmask = rn[:, None, None] < N
+            nmask = (rn[:, None, None] < N) & (rb[None, :, :] < K // 2)
             byte = tl.load(w_ptr + rn[:, None, None] * swn + rb[None, :, :], mask=nmask, other=0).to(tl.int16)
-            sc = tl.load(s_ptr + rn[:, None] * ssn + (kb // 16 + rg)[None, :], mask=rn[:, None] < N, other=0)
+            sc = tl.load(s_ptr + rn[:, None] * ssn + (kb // 16 + rg)[None, :],
+                         mask=(rn[:, None] < N) & ((kb // 16 + rg)[None, :] < K // 32), other=0)
             scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)[:, :, None]
             lo = tl.reshape((_e2m1_bf16(byte & 15).to(tl.float32) * scale).to(tl.bfloat16), (BN, BKH))
             hi = tl.reshape((_e2m1_bf16(byte >> 4).to(tl.float32) * scale).to(tl.bfloat16), (BN, BKH))
@@ -236,6 +243,7 @@ def k2_kernel(
     BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
+    DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -243,7 +251,8 @@ def k2_kernel(
     t0 = 0
     if PERSISTENT:
         t0 = now_ns(HIP)
-    rm = tl.arange(0, BM)
+    rm = tl.arange(0, BM)  # rows of the dense phases
+    rx = tl.arange(0, XR)  # rows of the expert phases
     if TP > 1:
         # this launch's epoch: the parity slot of the partials and the ready tag
         epoch = tl.load(sync_ptr + EPOCH)
@@ -257,7 +266,7 @@ def k2_kernel(
             maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, H // BN, nprog):
             acc = _dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
-                            BM, BN, BK, STAGES)
+                            BM, BN, BK, STAGES, DENSE_GEMV)
             rn = tile * BN + tl.arange(0, BN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
@@ -325,17 +334,17 @@ def k2_kernel(
             acc = tl.zeros((BM, BN), tl.float32)
             rn = tl.arange(0, BN)
             if n0 < S2:
-                acc = _dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES)
+                acc = _dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
             elif n0 < S2 + E:
-                acc = _dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES)
+                acc = _dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
-                acc = _dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES)
+                acc = _dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
@@ -363,21 +372,21 @@ def k2_kernel(
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e = _nth_expert(ids, first, number, n).to(tl.int64)
-            g = tl.zeros((BM, BI), tl.float32)
-            u = tl.zeros((BM, BI), tl.float32)
+            g = tl.zeros((XR, BI), tl.float32)
+            u = tl.zeros((XR, BI), tl.float32)
             if MXFP4:
                 g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                               i0, I, L, g, BM, BI, BKX // 2, STAGES)
+                               i0, I, L, g, XR, BI, BKX // 2, STAGES, EXPERT_GEMV)
                 u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                               BM, BI, BKX // 2, STAGES)
+                               XR, BI, BKX // 2, STAGES, EXPERT_GEMV)
             else:
-                g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, BM, BI, BKX, STAGES)
+                g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES, EXPERT_GEMV)
                 u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                              BM, BI, BKX, STAGES)
+                              XR, BI, BKX, STAGES, EXPERT_GEMV)
             act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
             ri = i0 + tl.arange(0, BI)
-            tl.store(act_ptr + (n * BM + rm[:, None]) * I + ri[None, :], act)
+            tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
@@ -386,40 +395,57 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
+        ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
         for item in range(pid, n_routed + H // BN, nprog):
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
                 e = _nth_expert(ids, first, number, n)
-                y = tl.zeros((BM, BL), tl.float32)
+                y = tl.zeros((XR, BL), tl.float32)
                 e64 = e.to(tl.int64)
                 if MXFP4:
-                    y = _dot_mxfp4(act_ptr + n * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                   sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, BM, BL, BKD // 2, STAGES)
+                    y = _dot_mxfp4(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                   sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD // 2, STAGES, EXPERT_GEMV)
                 else:
-                    y = _dot_bf16(act_ptr + n * BM * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
-                                  BM, BL, BKD, STAGES)
+                    y = _dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
+                                  XR, BL, BKD, STAGES, EXPERT_GEMV)
                 # every row that routed to e gets it, in its own (row, slot) place
-                match = (ids == e) & keep
+                match = (ids_x == e) & keep_x
                 slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
                 has = tl.max(match.to(tl.int32), axis=1) > 0
                 rl = l0 + tl.arange(0, BL)
-                tl.store(y_ptr + (rm * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
+                tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
                          mask=has[:, None])
             else:
                 n0 = (item - n_routed) * BN
                 acc = tl.zeros((BM, BN), tl.float32)
                 rn = n0 + tl.arange(0, BN)
                 # K chunks of BKD (not BK): SiTU of [16, 512] fp32 pairs spills on sm_90
-                for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
-                    rk = k0 + tl.arange(0, BKD)
-                    msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
-                    g = tl.load(gu_ptr + rm[:, None] * S2 + rk[None, :], mask=msk, other=0.0)
-                    u = tl.load(gu_ptr + rm[:, None] * S2 + S2 // 2 + rk[None, :], mask=msk, other=0.0)
-                    a = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                    w = tl.load(wsd_ptr + rn[:, None] * s_wsd + rk[None, :], mask=rk[None, :] < S2 // 2, other=0.0)
-                    acc = tl.dot(a, tl.trans(w), acc)
+                if DENSE_GEMV:
+                    r3 = rm[:, None, None]
+                    n3 = rn[None, :, None]
+                    part = tl.zeros((BM, BN, BK), tl.float32)
+                    for k0 in tl.range(0, S2 // 2, BK, num_stages=STAGES):
+                        k3 = k0 + tl.arange(0, BK)[None, None, :]
+                        msk = (r3 < M) & (k3 < S2 // 2)
+                        g = tl.load(gu_ptr + r3 * S2 + k3, mask=msk, other=0.0)
+                        u = tl.load(gu_ptr + r3 * S2 + S2 // 2 + k3, mask=msk, other=0.0)
+                        a = _situ(g, u, BETA, LBETA).to(tl.bfloat16).to(tl.float32)
+                        w = tl.load(wsd_ptr + n3 * s_wsd + k3, mask=k3 < S2 // 2, other=0.0).to(tl.float32)
+                        part += a * w
+                    acc += tl.sum(part, axis=2)
+                else:
+                    for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
+                        rk = k0 + tl.arange(0, BKD)
+                        msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
+                        g = tl.load(gu_ptr + rm[:, None] * S2 + rk[None, :], mask=msk, other=0.0)
+                        u = tl.load(gu_ptr + rm[:, None] * S2 + S2 // 2 + rk[None, :], mask=msk, other=0.0)
+                        a = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                        w = tl.load(wsd_ptr + rn[:, None] * s_wsd + rk[None, :], mask=rk[None, :] < S2 // 2,
+                                    other=0.0)
+                        acc = tl.dot(a, tl.trans(w), acc)
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
@@ -478,14 +504,28 @@ def k2_kernel(
         for tile in range(pid, H // BN, nprog):
             rn = tile * BN + tl.arange(0, BN)
             acc = tl.zeros((BM, BN), tl.float32)
-            for k0 in tl.range(0, L, BK, num_stages=STAGES):
-                rk = k0 + tl.arange(0, BK)
-                km = rk < L
-                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
-                              other=0.0)
-                xn = lat.to(tl.float32) * rstd[:, None] * tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
-                w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
-                acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
+            if DENSE_GEMV:
+                r3 = rm[:, None, None]
+                n3 = rn[None, :, None]
+                part = tl.zeros((BM, BN, BK), tl.float32)
+                for k0 in tl.range(0, L, BK, num_stages=STAGES):
+                    k3 = k0 + tl.arange(0, BK)[None, None, :]
+                    lat = tl.load(red + r3 * (L + H) + k3, mask=(r3 < M) & (k3 < L), other=0.0).to(tl.float32)
+                    lw = tl.load(lnorm_ptr + k3, mask=k3 < L, other=0.0).to(tl.float32)
+                    xn = (lat * rstd[:, None, None] * lw).to(tl.bfloat16).to(tl.float32)
+                    w = tl.load(wup_ptr + n3 * s_wup + k3, mask=k3 < L, other=0.0).to(tl.float32)
+                    part += xn * w
+                acc += tl.sum(part, axis=2)
+            else:
+                for k0 in tl.range(0, L, BK, num_stages=STAGES):
+                    rk = k0 + tl.arange(0, BK)
+                    km = rk < L
+                    lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
+                                  other=0.0)
+                    xn = lat.to(tl.float32) * rstd[:, None] * \
+                        tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
+                    w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
+                    acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
             msk = rm[:, None] < M
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)

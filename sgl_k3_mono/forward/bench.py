@@ -1,0 +1,123 @@
+"""`sgl-k3-mono bench step`: one decode step of a real-width Kimi-K3 slice on this GPU
+(TP-8 per-rank widths, a few layers in K3's order: KDA layers with a block write, the
+dense layer 0, MoE layers, one MLA layer), timed as a CUDA-graph replay: the whole
+step, and the same step with K1 and K2 replaced by no-ops (what the harness's torch
+MLA, layer 0, seams and logits cost), for M = 1, 2, 4, 8. Per layer it prints the
+launches' time next to their byte floor at the measured copy bandwidth.
+
+The harness's MLA, layer 0 and logits are plain torch, not SGLang's kernels, so the
+whole-step number is not a serving number; the per-layer K1 + K2 time is the one to
+read (the launches are what a served step runs)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from typing import Callable
+
+
+def _graph_us(fn: Callable[[], object], iters: int = 20, reps: int = 5) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            g.replay()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / iters)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="sgl-k3-mono bench step", description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="1,2,4,8")
+    ap.add_argument("--layers", type=int, default=4, help="layers of the slice (the last one is MLA)")
+    ap.add_argument("--experts", type=int, default=896)
+    ap.add_argument("--fmt", default="mxfp4", choices=("bf16", "mxfp4"))
+    ap.add_argument("--vocab", type=int, default=8192)
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench step: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    from sgl_k3_mono.budget import k1_bytes, k2_bytes
+    from sgl_k3_mono.forward import harness, launches
+    from sgl_k3_mono.forward.build import ServerStep, plans_for
+    from sgl_k3_mono.forward.plan import StepBuffers
+    from sgl_k3_mono.forward.step import run_step
+    from sgl_k3_mono.forward.warm import warm
+    from sgl_k3_mono.k2.bench import copy_bandwidth_gb_s
+
+    s = harness.shape("real", experts=args.experts, layers=args.layers, vocab=args.vocab, expert_format=args.fmt)
+    w = _device_weights(s)
+    model = harness.step_model(w)
+    copy_gb_s, read_gb_s = copy_bandwidth_gb_s()
+    d = w.dims
+    print(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
+          f"{d.kda_heads} KDA / {d.mla_heads} MLA heads, E {d.experts} {args.fmt}, vocab {d.vocab}; "
+          f"read bandwidth {read_gb_s:.0f} GB/s")
+    print(f"{'M':>2} {'step us':>9} {'no-launch us':>13} {'K1+K2 us':>9} {'K1+K2 floor us':>15} {'frac':>6}")
+    for m in (int(x) for x in args.rows.split(",")):
+        plan = plans_for(model, (m,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90",
+                         impl="triton")[("decode", m, 1)]
+        bufs = StepBuffers.allocate(plan, "cuda", deadline_s=10)
+        warm(model, plan, bufs, deadline_s=10)
+        slots = torch.arange(m)
+        state = harness.HarnessState.fresh(w, slots, m, 64, "cuda")
+        hooks = harness.HarnessHooks(w, state, slots)
+        ids = torch.zeros(m, dtype=torch.long, device="cuda")
+
+        def step():
+            state.lengths.zero_()  # replays stay inside the cache
+            return run_step(model, plan, bufs, hooks, ids, deadline_s=10)
+
+        full = _graph_us(step)
+        k1, k2 = launches.k1, launches.k2
+        launches.k1 = lambda *a, **k: None
+        launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
+        try:
+            bare = _graph_us(step)
+        finally:
+            launches.k1, launches.k2 = k1, k2
+        floor = sum(k1_bytes(d, i, m, "decode").total for i in d.kda_layers)
+        floor += sum(k2_bytes(d, i, m, args.fmt, d.kda_heads * d.kda_head_dim).total for i in range(d.layers)
+                     if d.is_moe(i))
+        floor_us = floor / (read_gb_s * 1e3)
+        ours = full - bare
+        print(f"{m:>2} {full:>9.1f} {bare:>13.1f} {ours:>9.1f} {floor_us:>15.1f} {floor_us / ours:>6.2f}")
+    return 0
+
+
+def _device_weights(s):
+    """Random weights of shape `s` on the GPU (the routed experts generated there: at 896
+    experts the CPU would take minutes)."""
+    import dataclasses
+
+    import torch
+
+    from sgl_k3_mono.forward import harness
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    small = dataclasses.replace(s, dims=dataclasses.replace(s.dims, experts=16))
+    w = harness.to_device(harness.random_weights(small, seed=0), "cuda")
+    layers = []
+    for i, lw in enumerate(w.layers):
+        if lw.k2 is not None:
+            k2 = random_k2_weights(s.dims, fmt=s.expert_format, device="cuda", seed=1000 + i,
+                                   attn_width=lw.k2.o_proj.shape[1])
+            lw = dataclasses.replace(lw, k2=k2)
+        layers.append(lw)
+    torch.cuda.synchronize()
+    return dataclasses.replace(w, dims=s.dims, layers=tuple(layers))

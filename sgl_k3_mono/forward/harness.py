@@ -1,0 +1,212 @@
+"""A model harness with no SGLang: random Kimi-K3-shaped weights, the step's hooks in
+plain torch on the device, and the reference decode step on the same weights.
+
+The launch-level step (K1/K2 launches + these hooks) and `reference.step.decode_step`
+read the same weights, so many decode steps can be compared on a GPU machine that has
+torch and Triton but no SGLang. The hooks are fixed-shape (the MLA cache is a
+[slots, max_len, C] buffer with a lengths tensor), so a whole step can be captured in a
+CUDA graph and replayed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from sgl_k3_mono.dims import K3Dims
+from sgl_k3_mono.forward.hooks import KdaState
+from sgl_k3_mono.forward.layers import LayerRun, StepModel
+from sgl_k3_mono.k1.host import K1Views
+from sgl_k3_mono.k1.weights import K1Weights
+from sgl_k3_mono.reference.attn_res import SeamWeights, ffn_seam
+from sgl_k3_mono.reference.mla import MLAWeights, latent_row
+from sgl_k3_mono.reference.ops import bf16
+from sgl_k3_mono.reference.step import DenseLayer, LayerWeights, ModelWeights, _dense_ffn
+
+
+@dataclass(frozen=True)
+class HarnessShape:
+    """A Kimi-K3-shaped model to build at random."""
+
+    name: str
+    dims: K3Dims
+    """The model as one TP rank sees it (a TP-1 model of per-rank widths)."""
+    mla: tuple[int, int, int, int, int]
+    """q_lora, kv_lora, qk_nope, qk_rope, v_head_dim."""
+    expert_format: str = "bf16"
+    """"bf16" or "mxfp4" routed experts."""
+
+
+def shape(name: str, *, experts: int = 128, layers: int = 4, vocab: int = 8192,
+          expert_format: str = "bf16") -> HarnessShape:
+    """"tiny": configs/k3-tiny. "real": one TP-8 rank's real widths (H 7168, 12 KDA and 12
+    MLA heads, latent 3584, expert intermediate 384, shared 768, dense 4224) with `layers`
+    layers in the tiny schedule (KDA, then MLA last; block writes every 2 layers),
+    `experts` routed experts and a `vocab`-token vocabulary (both reduced: they set
+    weight bytes, not widths)."""
+    from sgl_k3_mono.configs import load_config
+
+    if name == "tiny":
+        tc = load_config("k3-tiny")["text_config"]
+        d = K3Dims.from_config(load_config("k3-tiny"))
+    elif name == "real":
+        from sgl_k3_mono.k2.synthetic import tp8_rank_dims
+
+        tc = load_config("kimi-k3")["text_config"]
+        d = dataclasses.replace(tp8_rank_dims(), layers=layers, kda_layers=tuple(range(layers - 1)),
+                                mla_layers=(layers - 1,), attn_res_block=2, experts=experts, vocab=vocab,
+                                dense_inter=tp8_rank_dims().dense_inter // 8)
+    else:
+        raise ValueError(f"harness shape {name!r}: 'tiny' or 'real'")
+    mla = tuple(int(tc[k]) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                     "v_head_dim"))
+    return HarnessShape(name, d, mla, expert_format)
+
+
+def _lin(g, rows, cols):
+    return (torch.randn(rows, cols, generator=g) / cols ** 0.5).bfloat16()
+
+
+def _near_one(g, n):
+    return (1 + 0.1 * torch.randn(n, generator=g)).bfloat16()
+
+
+def _seam(g, h) -> SeamWeights:
+    return SeamWeights((torch.randn(1, h, generator=g) * 0.05).bfloat16(), _near_one(g, h), _near_one(g, h))
+
+
+def random_weights(s: HarnessShape, *, seed: int = 0) -> ModelWeights:
+    """Unsharded random weights on the CPU, in the reference step's form."""
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    d = s.dims
+    g = torch.Generator().manual_seed(seed)
+    h = d.hidden
+    q_lora, kv_lora, nope, rope, v = s.mla
+    layers = []
+    for i in range(d.layers):
+        seam = _seam(g, h)
+        k1 = mla = None
+        if d.is_kda(i):
+            k1 = dataclasses.replace(K1Weights.random(h, d.kda_heads, d.kda_head_dim, d.conv_width,
+                                                      lower_bound=d.gate_lower_bound, seed=seed + 100 + i), seam=seam)
+            attn_width = d.kda_heads * d.kda_head_dim
+        else:
+            mla = MLAWeights(_lin(g, q_lora + kv_lora + rope, h), _near_one(g, q_lora), _near_one(g, kv_lora),
+                             _lin(g, d.mla_heads * (nope + rope), q_lora), _lin(g, d.mla_heads * (nope + v), kv_lora),
+                             _lin(g, d.mla_heads * v, h), d.mla_heads, nope, rope, v, d.rms_eps)
+            attn_width = d.mla_heads * v
+        k2 = dense = None
+        if d.is_moe(i):
+            k2 = random_k2_weights(d, fmt=s.expert_format, device="cpu", seed=seed + 1000 + i, attn_width=attn_width)
+        else:
+            dense = DenseLayer(_lin(g, h, attn_width), _seam(g, h), _lin(g, 2 * d.dense_inter, h),
+                               _lin(g, h, d.dense_inter))
+        layers.append(LayerWeights(k1, mla, seam, k2, dense))
+    return ModelWeights(d, _lin(g, d.vocab, h) * 8, tuple(layers), _seam(g, h), _lin(g, d.vocab, h))
+
+
+def to_device(obj: Any, device) -> Any:
+    """A copy of a (nested, frozen) dataclass with every tensor on `device`."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return type(obj)(**{f.name: to_device(getattr(obj, f.name), device) for f in dataclasses.fields(obj)
+                            if f.init})
+    if isinstance(obj, tuple):
+        return tuple(to_device(x, device) for x in obj)
+    return obj
+
+
+def step_model(w: ModelWeights, *, isa: str = "sm_90") -> StepModel:
+    """The launch step's view of `w` (weights already on the device), as rank 0 of TP 1."""
+    d = w.dims
+    runs = []
+    for i, lw in enumerate(w.layers):
+        k1 = K1Views.from_local(lw.k1.shard(0, 1)) if lw.k1 is not None else None
+        k2 = lw.k2.shard(0, 1) if lw.k2 is not None else None
+        runs.append(LayerRun(index=i, attention="kda" if k1 is not None else "mla", k1=k1, k2=k2,
+                             attn_seam=lw.attn_seam, write=d.is_block_write(i), nvb=d.bank_rows_at_attn(i)))
+    return StepModel(tuple(runs), w.final_seam, d.rms_eps, isa, d.hidden, d.bank_rows())
+
+
+@dataclass
+class HarnessState:
+    """The device state a sequence of steps carries (SGLang's pools, stood in for)."""
+
+    kda: dict[int, KdaState]
+    """KDA layer -> its pools ([slots, K-1, 3P] bf16, [slots, h, V, K] fp32) and the step's slots."""
+    mla: dict[int, torch.Tensor]
+    """MLA layer -> latent cache [slots, max_len, kv_lora + rope] bf16."""
+    lengths: torch.Tensor
+    """int64 [slots]: tokens already cached per slot (shared by the MLA layers)."""
+
+    @classmethod
+    def fresh(cls, w: ModelWeights, slots: torch.Tensor, n_slots: int, max_len: int, device) -> "HarnessState":
+        d = w.dims
+        p = d.kda_heads * d.kda_head_dim
+        kda = {i: KdaState(slots=slots.to(device),
+                           conv_pool=torch.zeros(n_slots, d.conv_width - 1, 3 * p, dtype=torch.bfloat16, device=device),
+                           ssm_pool=torch.zeros(n_slots, d.kda_heads, d.kda_head_dim, d.kda_head_dim, device=device))
+               for i in d.kda_layers}
+        mla = {}
+        for i in d.mla_layers:
+            m = w.layers[i].mla
+            mla[i] = torch.zeros(n_slots, max_len, m.kv_lora + m.rope, dtype=torch.bfloat16, device=device)
+        return cls(kda, mla, torch.zeros(n_slots, dtype=torch.int64, device=device))
+
+
+class HarnessHooks:
+    """StepHooks in plain torch on the device: fixed shapes, no host reads (capturable)."""
+
+    def __init__(self, w: ModelWeights, state: HarnessState, slots: torch.Tensor, *, isa: str = "sm_90"):
+        self.w, self.state, self.isa = w, state, isa
+        self.slots = slots.to(w.embed.device).long()
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.w.embed.index_select(0, input_ids)
+
+    def kda_state(self, layer: int) -> KdaState:
+        return self.state.kda[layer]
+
+    def mla(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        w = self.w.layers[layer].mla
+        cache = self.state.mla[layer]
+        _, row = latent_row(w, h)
+        pos = self.state.lengths.index_select(0, self.slots)
+        cache.index_put_((self.slots, pos), row.to(cache.dtype))
+        rows = cache.index_select(0, self.slots).float()  # [M, T, C]
+        valid = torch.arange(cache.shape[1], device=h.device)[None, :] <= pos[:, None]
+        return mla_masked(w, h, rows, valid).to(torch.bfloat16)
+
+    def dense(self, layer, attn_out, bank, nvb, prefix):
+        d = self.w.layers[layer].dense
+        a = bf16(attn_out.float() @ d.o_proj.float().t())
+        fs = ffn_seam(bank, nvb, prefix, a, d.ffn_seam, self.w.dims.rms_eps, isa=self.isa)
+        return fs.prefix.to(torch.bfloat16), _dense_ffn(d, fs.normed, self.w.dims, 1).to(torch.bfloat16)
+
+    def final(self, hidden: torch.Tensor) -> torch.Tensor:
+        self.state.lengths.index_add_(0, self.slots, torch.ones_like(self.slots))
+        return bf16(hidden.float() @ self.w.lm_head.float().t())
+
+
+def mla_masked(w: MLAWeights, h: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """`reference.mla.mla_decode` over a fixed-length cache with a validity mask
+    (rows [M, T, C] fp32; valid [M, T]): the same math, batched."""
+    q_lat_in, _ = latent_row(w, h)
+    m, hl = h.shape[0], w.heads
+    q = bf16(q_lat_in @ w.q_b.float().t()).reshape(m, hl, w.nope + w.rope)
+    q_nope, q_pe = q.split([w.nope, w.rope], -1)
+    kvb = w.kv_b.float().reshape(hl, w.nope + w.v, w.kv_lora)
+    w_kc, w_vc = kvb[:, : w.nope], kvb[:, w.nope :]
+    q_lat = torch.einsum("mhn,hnl->mhl", q_nope, w_kc)
+    kv, k_pe = rows[..., : w.kv_lora], rows[..., w.kv_lora :]
+    s = (torch.einsum("mhl,mtl->mht", q_lat, kv) + torch.einsum("mhr,mtr->mht", q_pe, k_pe)) * (w.nope + w.rope) ** -0.5
+    s = s.masked_fill(~valid[:, None, :], float("-inf"))
+    lat = torch.einsum("mht,mtl->mhl", torch.softmax(s, -1), kv)
+    x = bf16(torch.einsum("mhl,hvl->mhv", lat, w_vc).reshape(m, hl * w.v))
+    gate = bf16(h.float() @ w.g.float().t())
+    return bf16(x * bf16(torch.sigmoid(gate)))

@@ -1,0 +1,52 @@
+"""The two launches as a step calls them, with the implementation switch.
+
+K1 already has `run_k1(..., impl=...)`; K2's host side has only the Triton launch, so
+its reference is wired here (sgl_k3_mono/k2/ is left as it is): the K2 oracle reads
+unsharded weights and emulates TP, so it can stand in for one rank only at TP 1, and
+says so otherwise (fail closed: never a silent substitute).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from sgl_k3_mono.k1.host import K1IO, K1Views, run_k1
+from sgl_k3_mono.k2.reference import K2RankWeights, K2Weights, k2_reference
+from sgl_k3_mono.forward.plan import StepBuffers, StepPlan
+from sgl_k3_mono.reference.moe import MoeWeights
+
+
+def k1(plan: StepPlan, bufs: StepBuffers, views: K1Views, io: K1IO, *, layer: int, deadline_s: float) -> None:
+    """K1 for one KDA layer (outputs written in place)."""
+    if plan.impl == "reference":
+        run_k1(plan.k1, views, io, impl="reference")
+    else:
+        run_k1(plan.k1, views, io, impl="triton", scratch=bufs.k1_scratch, phased=plan.impl == "triton-phased",
+               layer=layer, deadline_s=deadline_s)
+
+
+def _unsharded(w: K2RankWeights) -> K2Weights:
+    """A TP-1 rank's K2 tensors as the oracle's unsharded weights (the same tensors)."""
+    m = w.moe
+    if m.tp != 1:
+        raise ValueError(f"K2 impl 'reference': the oracle emulates TP from unsharded weights; this rank holds "
+                         f"1/{m.tp} of them (run the reference at TP 1, or the Triton launch)")
+    moe = MoeWeights(shared_gate_up=m.shared_gate_up, shared_down=m.shared_down, router=m.router,
+                     router_bias=m.router_bias, latent_down=m.latent_down, latent_norm=m.latent_norm,
+                     latent_up=m.latent_up, experts=m.experts, params=m.params)
+    return K2Weights(w.o_proj, w.mlp_res_proj, w.mlp_res_norm, w.post_attention_layernorm, moe)
+
+
+def k2(plan: StepPlan, bufs: StepBuffers, w: K2RankWeights, attn_out: torch.Tensor, nvb: int,
+       prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int) -> torch.Tensor:
+    """K2 for one MoE layer: `out` receives the next residual stream."""
+    if plan.impl == "reference":
+        res = k2_reference(attn_out, _unsharded(w), tp=1, bank=bufs.bank, nvb=nvb, prefix=prefix,
+                           isa=plan.k2.isa, mode=plan.mode)
+        out.copy_(res.out)
+        return out
+    launch = bufs.k2_for(attn_out.shape[1])
+    return launch(w, attn_out, bufs.bank, nvb, prefix, out, layer=layer,
+                  phase="all" if plan.impl == "triton-phased" else None)

@@ -1,0 +1,55 @@
+"""The launch-level step (K1/K2 Triton launches + the harness's torch MLA, layer 0 and
+logits) against the reference decode step, many steps, on one GPU with no SGLang.
+
+Per case: 64 decode steps (the same tokens on both sides), per row and step the
+next-token KL and the largest logit error within `compare.BOUNDS`, the greedy token
+equal wherever the reference's top-2 margin exceeds the declared logit error (the count
+under the margin is printed), the KDA states after the last step, a slot no row uses
+left untouched, and the same steps replayed from one captured CUDA graph equal to the
+eager run. A row whose routing ever differed from the reference's (a router near-tie:
+with random routers the 16th and 17th expert scores are often closer than the declared
+router-score error, so over 64 steps most rows eventually flip one choice, on any two
+correct implementations) is reported (`rerouted_rows`, `first_reroute`, `kl_max_all`)
+and held to the bounds up to that step only; at least one step's worth of row-steps
+must be clean for the run to count.
+
+Run from the repository root:  python -m pytest -q -s tests/forward/test_forward_gpu.py
+SGL_K3_MONO_STEP_STEPS overrides the step count (default 64).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+STEPS = int(os.environ.get("SGL_K3_MONO_STEP_STEPS", "64"))
+
+CASES = [
+    # (shape, expert format, rows, steps, graph)
+    ("tiny", "bf16", 3, STEPS, True),
+    ("tiny", "bf16", 8, STEPS, True),
+    ("real", "bf16", 4, STEPS, True),
+    # MXFP4 experts: the CPU reference dequantizes every routed expert, so fewer steps
+    ("real", "mxfp4", 4, min(STEPS, 16), False),
+]
+
+
+@pytest.mark.parametrize("name,fmt,rows,steps,graph", CASES, ids=[f"{c[0]}-{c[1]}-M{c[2]}" for c in CASES])
+def test_steps_match_the_reference_step(name, fmt, rows, steps, graph):
+    from sgl_k3_mono.forward import compare, harness
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))  # the reference runs on the host
+    c = compare.compare(harness.shape(name, expert_format=fmt), rows=rows, steps=steps, graph=graph,
+                        device="cuda", isa="sm_90")
+    summary = c.summary()
+    print("\nSTEPCMP " + json.dumps({**summary, "fmt": fmt, "bounds": compare.BOUNDS.__dict__}, default=str))
+    bad = compare.violations(c)
+    assert not bad, "\n".join(bad[:20])
+    assert summary["clean_row_steps"] >= rows, summary

@@ -1,0 +1,94 @@
+"""The step (embed, K1 | seam + MLA, K2 | layer 0, final read) on the tiny harness model,
+against the whole-step reference, on the CPU: with the launches' references (must agree
+exactly: the same oracles in the same order) and with the Triton launches under the
+CPU interpreter (within the launches' bounds). The harness's MLA is the reference's
+math batched over a fixed-length masked cache (capturable), so its fp32 sums differ in
+order from the reference's per-row loop: the agreement is to a bf16 ulp, not bitwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sgl_k3_mono.forward import harness
+from sgl_k3_mono.forward.build import ServerStep, plans_for
+from sgl_k3_mono.forward.plan import StepBuffers
+from sgl_k3_mono.forward.step import run_step
+from sgl_k3_mono.numerics import measure
+from sgl_k3_mono.reference.step import DecodeState, decode_step
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    w = harness.random_weights(harness.shape("tiny"), seed=0)
+    return w, harness.step_model(w)
+
+
+def test_schedule_of_the_tiny_model(tiny):
+    _, model = tiny
+    assert model.reasons() == []
+    assert [(lr.attention, lr.write, lr.nvb, lr.k2 is not None) for lr in model.layers] == [
+        ("kda", True, 0, False), ("kda", False, 1, True), ("kda", True, 1, True), ("mla", False, 2, True)]
+    assert model.nvb_final == 2
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_reference_impls_equal_the_reference_step(tiny, rows):
+    w, model = tiny
+    plan = plans_for(model, (rows,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90", impl="reference",
+                     grid=4)[("decode", rows, 1)]
+    bufs = StepBuffers.allocate(plan, "cpu", deadline_s=10)
+    slots = torch.arange(rows) * 2  # slots 0, 2, 4: not the row order
+    state = harness.HarnessState.fresh(w, slots, 2 * rows, 8, "cpu")
+    hooks = harness.HarnessHooks(w, state, slots)
+    ref_state = DecodeState.fresh(w.dims, 1, 2 * rows)
+    g = torch.Generator().manual_seed(rows)
+    for _ in range(3):
+        ids = torch.randint(0, w.dims.vocab, (rows,), generator=g)
+        got = run_step(model, plan, bufs, hooks, ids, deadline_s=10)
+        ref = decode_step(w, ref_state, ids, slots, tp=1, isa="sm_90")
+        m = measure(got, ref)
+        assert m["max_abs"] <= 0.02 and m["cosine"] > 0.99999, m
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+    for i in w.dims.kda_layers:
+        assert measure(state.kda[i].ssm_pool, ref_state.kda[i][0].ssm)["cosine"] > 0.99999
+        assert measure(state.kda[i].conv_pool, ref_state.kda[i][0].conv)["cosine"] > 0.99999
+    for i in w.dims.mla_layers:
+        for s in slots.tolist():
+            assert measure(state.mla[i][s, :3], ref_state.mla[i][s])["cosine"] > 0.99999
+
+
+def test_plans_refuse_a_verify_of_two_requests(tiny):
+    from sgl_k3_mono.forward.build import step_reasons
+
+    _, model = tiny
+    lm = type("LM", (), {"model": object()})()
+    (reason,) = step_reasons(lm, model, (4, 8), ServerStep("target_verify", 4))
+    assert "verify steps of [2] requests" in reason and "one request a step" in reason
+
+
+def test_triton_launches_interpreted_match_the_reference_step():
+    """Two decode steps of 2 rows with K1 and K2 as Triton kernels (phase by phase under
+    the interpreter): logits within the accumulated launch bounds and argmax equal while
+    every layer routes as the reference does. (A router near-tie can flip one top-k
+    choice of 16 random experts; the row then legitimately diverges, as it would between
+    two GPUs. Step 0 must route alike.)"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, str(HERE / "interp_worker.py"), "2", "2"], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(steps) == 2, done.stdout
+    assert steps[0]["same_routing_so_far"], steps[0]
+    for s in steps:
+        print(s)
+        if s["same_routing_so_far"]:
+            assert s["cosine"] > 0.9999 and s["max_abs"] < 0.1 and s["argmax_equal"], s
