@@ -54,11 +54,18 @@ class Case:
     prefix: bool = True
     seed: int = 0
     tp: int = 1
+    tiles: str = ""
+    """K2Launch.set_block overrides, e.g. "EXPERT_GEMV=0,DENSE_GEMV=0" (the tensor-core
+    tiles the gfx950 Triton build uses); empty: the launch's defaults."""
 
     @property
     def name(self) -> str:
         return (f"{self.config}-M{self.rows}-{self.fmt}-{self.isa}-nvb{self.nvb}"
-                f"{'' if self.prefix else '-restart'}{'' if self.tp == 1 else f'-tp{self.tp}'}")
+                f"{'' if self.prefix else '-restart'}{'' if self.tp == 1 else f'-tp{self.tp}'}"
+                f"{'-' + self.tiles if self.tiles else ''}")
+
+    def block(self) -> dict:
+        return {k: int(v) for k, v in (kv.split("=") for kv in self.tiles.split(",") if kv)}
 
 
 def case_dims(case: Case) -> K3Dims:
@@ -88,6 +95,8 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
         return _run_tp(case, w, d, attn, bank, prefix, nb, grid, device)
     rw = w.shard(0, 1)
     launch = K2Launch.build(K2Plan.for_weights(rw, case.rows, isa=case.isa, bank_rows=nb, grid=grid), device)
+    if case.tiles:
+        launch.set_block(**case.block())
     out = torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device)
     for _ in range(repeat):
         out.fill_(float("nan"))
@@ -145,6 +154,9 @@ def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, gr
     plan = K2Plan.for_weights(ranks[0], case.rows, isa=case.isa, bank_rows=nb, grid=grid, tp=tp)
     peers = K2Peers.emulated(plan, device)
     launches = [K2Launch.build(plan, device, rank=r, peers=peers[r]) for r in range(tp)]
+    for launch in launches:
+        if case.tiles:
+            launch.set_block(**case.block())
     outs = [torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device) for _ in range(tp)]
     parts = [attn[:, r * al:(r + 1) * al].contiguous() for r in range(tp)]
     for p in range(len(PHASES)):

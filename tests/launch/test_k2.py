@@ -26,6 +26,9 @@ CPU_CASES = [
     Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=3, prefix=False, seed=3),
     Case("k3-tiny", 4, "bf16", "sm_90", nvb=2, tp=2, seed=4),
     Case("k3-tiny", 8, "mxfp4", "gfx950", nvb=1, tp=4, seed=5),
+    # the tensor-core tiles (the gfx950 Triton build's, and sm_90's alternative)
+    Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=6, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
+    Case("k3-tiny", 6, "bf16", "gfx950", nvb=2, seed=7, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
 ]
 
 
