@@ -199,7 +199,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int) 
     budget = 32 * 32 * num_warps
     pow2_at_most = lambda n: 1 << (max(1, int(n)).bit_length() - 1)  # noqa: E731
     clamp = lambda v, lo, hi: max(lo, min(hi, pow2_at_most(v)))  # noqa: E731
-    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), BN=16, STAGES=3, num_warps=num_warps)
+    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, BN=16, STAGES=3,
+             num_warps=num_warps)
     t["BK"] = clamp(budget // (rb * 16), 64, 512) if dense_gemv else 512
     if expert_gemv:
         bl = 64 if rb <= 2 else 32 if rb <= 4 else 16
@@ -325,7 +326,8 @@ class K2Launch:
             I_UP=pl.inter_up, TOPK=pl.top_k, EPS=pl.eps, BETA=pl.situ_beta,
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
             BM=_next_pow2(m) if b["DENSE_GEMV"] else ROW_PAD, XR=_next_pow2(m) if b["EXPERT_GEMV"] else ROW_PAD,
-            DENSE_GEMV=bool(b["DENSE_GEMV"]), EXPERT_GEMV=bool(b["EXPERT_GEMV"]), BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
+            DENSE_GEMV=bool(b["DENSE_GEMV"]), EXPERT_GEMV=bool(b["EXPERT_GEMV"]), MX4D=bool(b.get("MX4D", 1)),
+            BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
         )

@@ -29,6 +29,7 @@ CPU_CASES = [
     # the tensor-core tiles (the gfx950 Triton build's, and sm_90's alternative)
     Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=6, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
     Case("k3-tiny", 6, "bf16", "gfx950", nvb=2, seed=7, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
+    Case("k3-tiny", 7, "mxfp4", "sm_90", nvb=1, seed=8, tiles="MX4D=0"),  # the 3-D MXFP4 GEMV tiles
 ]
 
 
