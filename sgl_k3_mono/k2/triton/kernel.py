@@ -91,12 +91,22 @@ def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
 
 
 @triton.jit
-def _e2m1_f32(nib):
-    """FP4 (e2m1) codes (int32; bits above the low 4 ignored) to fp32, exactly, as
-    _e2m1_bf16 does (exponent rebiased by 126; the subnormal codes are 0 and 0.5)."""
-    em = nib & 7
-    mag = tl.where(em >= 2, (em << 22) + 0x3F000000, em * 0x3F000000)
-    return (mag | ((nib & 8) << 28)).to(tl.float32, bitcast=True)
+def _e2m1_pair_f32(byte):
+    """Both FP4 (e2m1) codes of MXFP4 bytes (int32, 0..255) as fp32 times 2^-14, exactly.
+    Each code's exponent and mantissa bits land in an fp16's (exponent bias 15, so the
+    value is the code's times 2^-14; e2m1's subnormal codes become fp16 subnormals,
+    which the fp16 -> fp32 conversion keeps). Five integer ops and a conversion a code;
+    the caller's scale carries the 2^14 back."""
+    lo = (((byte & 7) << 9) | ((byte & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True)
+    hi = (((byte & 0x70) << 5) | ((byte & 0x80) << 8)).to(tl.int16).to(tl.float16, bitcast=True)
+    return lo.to(tl.float32), hi.to(tl.float32)
+
+
+@triton.jit
+def _scale_f32(sc, SHIFT: tl.constexpr):
+    """ue8m0 scale codes (int32) as fp32 2^(sc - 127 + SHIFT); exact while sc + SHIFT is
+    in 1..254 (sc <= 240 for SHIFT 14: larger scales mean weights above 2^113)."""
+    return ((sc + SHIFT) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -118,11 +128,11 @@ def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
             nmask = (n3 < N) & (b3 < K // 2)
             byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
             sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
-            scale = (sc << 23).to(tl.float32, bitcast=True)  # 2^(sc - 127); sc = 0 decodes as 0
             xm = (r3 < M) & (b3 < K // 2)
             xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
             xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            part3 += (xe * _e2m1_f32(byte) + xo * _e2m1_f32(byte >> 4)) * scale
+            lo, hi = _e2m1_pair_f32(byte)
+            part3 += (xe * lo + xo * hi) * _scale_f32(sc, 14)
         acc += tl.sum(part3, axis=2)
     elif GEMV:
         # [rows, N tile, groups of 32 elements, 16 bytes]: a group's scale is one load and
@@ -141,11 +151,11 @@ def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
             kmask = b4 < K // 2
             byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
             sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
-            scale = (sc.to(tl.int32) << 23).to(tl.float32, bitcast=True)  # 2^(sc - 127); sc = 0 decodes as 0
             pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=(r4 < M) & kmask, other=0)
             xe = (pair << 16).to(tl.float32, bitcast=True)
             xo = (pair & -65536).to(tl.float32, bitcast=True)
-            part += (xe * _e2m1_f32(byte) + xo * _e2m1_f32(byte >> 4)) * scale
+            lo, hi = _e2m1_pair_f32(byte)
+            part += (xe * lo + xo * hi) * _scale_f32(sc.to(tl.int32), 14)
         acc += tl.sum(tl.sum(part, axis=3), axis=2)
     else:
         G: tl.constexpr = BKH // 16
