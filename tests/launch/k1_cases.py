@@ -158,6 +158,8 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
             torch.cuda.synchronize()
         step_res = _compare(case, plan, lw, ref_io, ours_io, slots, before_conv, before_ssm, before_bank,
                             scratch)
+        if case.steps > 1:  # say which step broke what (the printed metrics are the last step's)
+            step_res["problems"] = [f"step {step}: {x}" for x in step_res["problems"]]
         for k, v in step_res.items():
             worst.setdefault(k, []).append(v)
         conv_ref, ssm_ref = ref_io.conv_pool, ref_io.ssm_pool
