@@ -48,7 +48,7 @@ BARRIER = (
 )
 MAILBOX = (
     (r"buffer_wbl2 sc0 sc1", "system-scope release before a peer-visible ready tag"),
-    (r"global_atomic_swap v\[\d+:\d+\], v\d+, off sc1", "the ready tag published at system scope"),
+    (r"global_atomic_swap v\[\d+:\d+\], v\d+, off( offset:\d+)? sc1", "the ready tag published at system scope"),
 )
 PROJECTION = (
     (r"v_mfma_f32_16x16x32_bf16", "the projection on the matrix cores"),
@@ -70,6 +70,22 @@ class FlyVariant:
     """Compiles the variant in this process (COMPILE_ONLY: nothing launches)."""
     require: tuple = field(default=())
     """(regex, why) pairs the ISA must match."""
+    forbid: tuple = field(default=())
+    """(regex, why) pairs the ISA must not match (beyond FORBID)."""
+
+
+MXFP4 = (
+    (r"v_cvt_scalef32_pk_bf16_fp4", "the MXFP4 experts decoded by gfx950's scaled fp4 convert"),
+)
+ROUTE = (
+    (r"global_atomic_smin", "the owner of each expert by atomic min"),
+    (r"ds_swizzle|ds_bpermute|v_mov_b32_dpp|_dpp", "the top-k argmax across lanes"),
+)
+ACQUIRE_SYS = (
+    (r"global_load_dword \S+, \S+, off sc0 sc1", "system-scope acquire polls of the peers' ready tags"),
+    (r"buffer_inv sc0 sc1", "system-scope acquire invalidate after a peer's tag"),
+)
+NO_MFMA = ((r"v_mfma", "a matrix-core instruction outside the projection phases"),)
 
 
 def _k2_fly(rows: int, tp: int, phases: tuple) -> None:
@@ -80,22 +96,35 @@ def _k2_fly(rows: int, tp: int, phases: tuple) -> None:
     fly_arguments(args, meta, phases=phases).run()
 
 
-# (variant label, phases, what the ISA must show beyond the frame). Phases alone are
-# how the tests and the benchmark launch them; "dense" runs the written phases back to
-# back with grid barriers, the persistent launch's shape.
+def _all_phases() -> tuple:
+    from sgl_k3_mono.k2.flydsl.launch import persistent_phases
+
+    return persistent_phases(8)
+
+
+# (variant label, phases, what the ISA must show beyond the frame, what it must not).
+# Phases alone are how the tests and the benchmark launch them (TP 8: o_proj and
+# combine publish after a barrier; seam and reduce alone read the peers unwaited, as
+# Triton's phase launches); "persistent" is the whole layer, every wait included.
 K2_SETS = (
-    ("o_proj", ("o_proj",), BARRIER + MAILBOX + PROJECTION),  # TP 8: a barrier, then the ready tag
-    ("front", ("front",), PROJECTION),
-    ("latent_up", ("latent_up",), PROJECTION),
-    ("dense", ("o_proj", "front", "latent_up"), BARRIER + MAILBOX + PROJECTION),
+    ("o_proj", ("o_proj",), BARRIER + MAILBOX + PROJECTION, ()),
+    ("seam", ("seam",), (), NO_MFMA),
+    ("front", ("front",), PROJECTION, ()),
+    ("route", ("route",), ROUTE, NO_MFMA),
+    ("experts_up", ("experts_up",), PROJECTION + MXFP4, ()),
+    ("experts_down", ("experts_down",), PROJECTION + MXFP4, ()),
+    ("combine", ("combine",), BARRIER + MAILBOX, NO_MFMA),
+    ("reduce", ("reduce",), (), NO_MFMA),
+    ("latent_up", ("latent_up",), PROJECTION, ()),
+    ("persistent", None, BARRIER + MAILBOX + ACQUIRE_SYS + PROJECTION + MXFP4 + ROUTE, ()),
 )
 
 
 def variants(full: bool) -> list[FlyVariant]:
     rows = (1, 2, 4, 8) if full else (1, 8)
     return [FlyVariant(f"fly-k2-{label}-tp8-M{m}", "k2_fly_kernel",
-                       lambda m=m, ph=phases: _k2_fly(m, 8, ph), FRAME + extra)
-            for label, phases, extra in K2_SETS for m in rows]
+                       lambda m=m, ph=phases: _k2_fly(m, 8, ph or _all_phases()), FRAME + extra, forbid)
+            for label, phases, extra, forbid in K2_SETS for m in rows]
 
 
 def shim_path() -> Optional[str]:
@@ -148,7 +177,7 @@ def judge(v: FlyVariant, facts: IsaFacts, output: str) -> list[str]:
     for rx, why in v.require:
         if not re.search(rx, facts.body, re.M):
             probs.append(f"missing /{rx}/ ({why})")
-    for rx, why in FORBID:
+    for rx, why in FORBID + v.forbid:
         if re.search(rx, facts.body, re.M):
             probs.append(f"found /{rx}/ ({why})")
     md = facts.meta

@@ -129,3 +129,26 @@ def maybe_stall(stall_phase, phase, t0, deadline_ns, rec, rank, layer, launch_id
                     waited = now_ns() - t0
                 fail(rec, rank, layer, launch_id, phase, waited)
     fx.gpu.barrier()
+
+
+@_device
+def publish(flags, i32_ptr, rank, slot, tag):
+    """Workgroup 0, thread 0, after a grid barrier: this rank's partials of `slot` are
+    ready. The system-scope release (its fence before the swap) also publishes the
+    writes the barrier made visible to this thread, so the peers' reads see them."""
+    if fx.block_idx.x == 0:
+        if fx.thread_idx.x == 0:
+            mine = fx.inttoptr(i32_ptr.type, fx.Int64(fx.ptr_load(fx.get_iter(flags) + rank)))
+            fx.atomic_xchg(mine + slot, tag, syncscope=SYSTEM, ordering=REL)
+
+
+@_device
+def wait_peers(active, flags, i32_ptr, tp, slot, tag, t0, deadline_ns, rec, rank, layer, launch_id, phase):
+    """Thread 0 of an `active` workgroup waits (bounded, system-scope acquire) until
+    every rank's tag of `slot` is `tag`; the workgroup barrier then holds the other
+    threads until it has."""
+    if (fx.thread_idx.x == 0) & active:
+        for q in fx.range_constexpr(tp):
+            theirs = fx.inttoptr(i32_ptr.type, fx.Int64(fx.ptr_load(fx.get_iter(flags) + q)))
+            wait_eq(theirs + slot, tag, t0, deadline_ns, rec, rank, layer, launch_id, phase, SYSTEM)
+    fx.gpu.barrier()

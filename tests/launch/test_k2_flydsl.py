@@ -1,8 +1,9 @@
-"""K2's FlyDSL launch (gfx950) under the launch tests: each written phase against its
-plain-torch definition (the same numerics as the Triton phase and the reference), and
-the stall switch, on a gfx950 GPU (never available to this project: they skip with that
-reason); and, on any machine, the host-side contract: the same argument builder as
-Triton, a persistent launch refused while phases are missing, shapes checked first."""
+"""K2's FlyDSL launch (gfx950) under the launch tests: the whole layer against the
+reference (persistent and phase by phase, the Triton launch's cases at the real TP-8
+rank shapes), the dense phases against their plain-torch definitions, and the stall
+switch, on a gfx950 GPU (never available to this project: they skip with that reason);
+and, on any machine, the host-side contract: the same argument builder as Triton, the
+phase numbering, the barrier plan, refusals before tracing."""
 
 from __future__ import annotations
 
@@ -34,37 +35,77 @@ def _named(args) -> dict:
     return dict(zip(k2_kernel.arg_names, args))
 
 
-@pytest.mark.parametrize("phases", [("o_proj",), ("front",), ("latent_up",), ("o_proj", "front", "latent_up")])
+PHASE_SETS = [(p,) for p in ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce",
+                              "latent_up")] + [None]
+
+
+@pytest.mark.parametrize("phases", PHASE_SETS, ids=lambda p: "persistent" if p is None else p[0])
 def test_fly_arguments_are_the_triton_launch_arguments(phases):
-    """No second argument builder: every FlyDSL argument is an object launch_args packed."""
-    from sgl_k3_mono.k2.flydsl.launch import GRID, fly_arguments
+    """No second argument builder: every FlyDSL argument is an object launch_args packed,
+    the strides compiled in are launch_args' values."""
+    from sgl_k3_mono.k2.flydsl.launch import _STRIDES, _TENSORS, GRID, fly_arguments, persistent_phases
 
     args, meta = _tp8_args(4)
-    call = fly_arguments(args, meta, phases=phases)
+    call = fly_arguments(args, meta, phases=phases or persistent_phases(8))
     ids = {id(a) for a in args}
     assert all(id(x) in ids or isinstance(x, int) for x in call.args)
-    assert {k: call.consts[k] for k in ("H", "A", "S2", "E", "L", "TP", "GRID")} == \
-        dict(H=meta["H"], A=meta["A"], S2=meta["S2"], E=meta["E"], L=meta["L"], TP=8, GRID=GRID)
+    named = _named(args)
+    assert {k: call.consts[k] for k in ("H", "A", "S2", "E", "L", "I", "I_UP", "TOPK", "TP", "GRID")} == \
+        dict(H=meta["H"], A=meta["A"], S2=meta["S2"], E=meta["E"], L=meta["L"], I=meta["I"], I_UP=meta["I_UP"],
+             TOPK=meta["TOPK"], TP=8, GRID=GRID)
+    assert all(call.consts[k] == named[n] for k, n in _STRIDES.items())
     assert call.consts["FRONT_BF16"] is True  # gfx950 rounds the front GEMM to bf16, as SGLang's HIP path
-    assert call.args[10] is _named(args)["red_ptr"]  # TP 8: latent_up reads the reduced [latent | shared]
+    assert call.consts["MIX_BF16"] is False
+    assert call.args[_TENSORS.index("red_ptr")] is named["red_ptr"]  # TP 8: the reduced [latent | shared]
 
 
-def test_persistent_fly_k2_is_refused_until_every_phase_exists():
-    from sgl_k3_mono.k2.flydsl.launch import missing_phases, run_fly
+def test_every_phase_is_written_and_numbered_as_triton():
+    from sgl_k3_mono.k2.flydsl.geometry import BIT
+    from sgl_k3_mono.k2.flydsl.launch import FLY_PHASES, missing_phases, persistent_phases
+    from sgl_k3_mono.k2.triton.kernel import PHASES
 
-    args, meta = _tp8_args(1)
-    assert missing_phases(), "every phase is written: replace this test by the persistent one"
-    for phase in (None, "all", "seam", 1):
-        with pytest.raises(NotImplementedError, match="not written in FlyDSL"):
-            run_fly(args, meta, phase=phase)
+    assert missing_phases() == () and FLY_PHASES == PHASES
+    assert [BIT[p] for p in PHASES] == [1 << i for i in range(len(PHASES))]
+    assert persistent_phases(8) == PHASES
+    assert persistent_phases(1) == tuple(p for p in PHASES if p != "reduce")  # as Triton: no reduce at TP 1
 
 
-def test_fly_shapes_are_checked_before_tracing():
-    from sgl_k3_mono.k2.flydsl.launch import fly_arguments
+def test_barrier_plan_publishes_after_a_barrier_and_waits_only_on_this_launchs_tags():
+    from sgl_k3_mono.k2.flydsl.geometry import BIT, PHASES, barrier_plan
+
+    full = barrier_plan(sum(BIT.values()), 8)
+    assert [p for p in PHASES if full[p]["barrier"]] == list(PHASES[:-1])  # latent_up is last: depart only
+    assert [p for p in PHASES if full[p]["publish"]] == ["o_proj", "combine"]
+    assert [p for p in PHASES if full[p]["wait"]] == ["seam", "reduce"]
+    alone = {p: barrier_plan(BIT[p], 8)[p] for p in PHASES}
+    assert alone["o_proj"] == dict(barrier=True, publish=True, wait=False)  # complete grid-wide, then the tag
+    assert alone["seam"] == dict(barrier=False, publish=False, wait=False)  # as Triton's phase launch: no wait
+    assert not any(v["publish"] or v["wait"] for v in barrier_plan(sum(BIT.values()), 1).values())
+
+
+def test_fly_refuses_what_its_tiles_cannot_take():
+    from sgl_k3_mono.k2.flydsl import launch
 
     args, meta = _tp8_args(1)
     with pytest.raises(ValueError, match="input width 1000"):
-        fly_arguments(args, dict(meta, A=1000))
+        launch.fly_arguments(args, dict(meta, A=1000))
+    with pytest.raises(ValueError, match="multiple of 1024"):
+        launch.fly_arguments(args, dict(meta, H=7168 + 512))
+    with pytest.raises(NotImplementedError, match="MXFP4 routed experts only"):
+        launch.fly_arguments(args, dict(meta, MXFP4=False))
+    with pytest.raises(NotImplementedError, match="not written in FlyDSL"):
+        launch.fly_arguments(args, meta, phases=("dispatch",))
+
+
+def test_fly_refuses_tensors_past_a_buffer_descriptor(monkeypatch):
+    """Byte offsets through a buffer descriptor are 32-bit: a tensor past 2 GiB (the
+    experts of a TP-1 rank) is refused, not wrapped."""
+    from sgl_k3_mono.k2.flydsl import launch
+
+    args, meta = _tp8_args(1)
+    monkeypatch.setattr(launch, "BUFFER_BYTES", 1 << 30)  # the TP-8 w13 is 1.15 GiB
+    with pytest.raises(ValueError, match="w13_ptr"):
+        launch.fly_arguments(args, meta)
 
 
 def _gpu_named(rows: int, seed: int):
@@ -153,3 +194,24 @@ def test_fly_stall_stops_the_process():
                           capture_output=True, text=True, timeout=120, cwd=os.path.dirname(__file__),
                           env={**os.environ, "SGL_K3_MONO_STALL": "0:0:k2:o_proj"})
     assert done.returncode != 0, done.stdout
+
+
+REAL_CASES = [(m, nvb, seed) for m, nvb, seed in ((1, 1, 11), (4, 3, 14), (8, 0, 18))]
+
+
+@gfx950
+@pytest.mark.parametrize("phase", [None, "all"], ids=["persistent", "phase-by-phase"])
+@pytest.mark.parametrize("case", REAL_CASES, ids=lambda c: f"M{c[0]}-nvb{c[1]}")
+def test_fly_k2_matches_reference(case, phase, monkeypatch):
+    """test_k2.py's check (every output within the spec's bounds, routing equal to the
+    reference's) on the FlyDSL K2 at a real TP-8 rank's shapes, MXFP4 experts."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from k2_cases import Case, run_case
+    from test_k2 import _check
+
+    monkeypatch.setenv("SGL_K3_MONO_GFX950_IMPL", "flydsl")
+    m, nvb, seed = case
+    _check(run_case(Case("kimi-k3-tp8-rank", m, "mxfp4", "gfx950", nvb=nvb, seed=seed), "cuda", phase=phase))

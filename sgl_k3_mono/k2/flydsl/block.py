@@ -14,17 +14,29 @@ from sgl_k3_mono.k2.flydsl.geometry import TOTALS, WAVES
 from sgl_k3_mono.runtime.flydsl_sync import _device
 
 NEG_INF = float("-inf")
+LOG2E = 1.4426950408889634
 
 
-def sigmoid(x):
-    return 1.0 / (1.0 + fx.math.exp(-x))
+def exp(x):
+    """e^x as 2^(x log2 e): one v_exp_f32 after a multiply (afn: results below 2^-126
+    flush to 0, which no caller can tell from 0: 1 / (1 + e^-x) and softmax weights).
+    Not llvm.exp's range-checked expansion, whose constants cost the persistent launch
+    scalar registers it does not have."""
+    return fx.math.exp2(x * LOG2E, fastmath="afn")
+
+
+def sigmoid(x, a: float = 1.0):
+    """sigmoid(a x) = 1 / (1 + 2^(-a log2(e) x)), the scale folded into one constant."""
+    return 1.0 / (1.0 + fx.math.exp2(x * (-a * LOG2E), fastmath="afn"))
 
 
 def situ(g, u, beta: float, lbeta: float):
     """beta*tanh(g/beta)*sigmoid(g) * lbeta*tanh(u/lbeta), as the Triton kernel's _situ
-    (tanh(x) = 2 sigmoid(2x) - 1), on fp32 scalars or vectors."""
-    tg = 2.0 * sigmoid(2.0 * g / beta) - 1.0
-    tu = 2.0 * sigmoid(2.0 * u / lbeta) - 1.0
+    (tanh(x) = 2 sigmoid(2x) - 1), on fp32 scalars or vectors. The scales are folded
+    into the exponent's constant (one rounding fewer than 2 g / beta, then x log2 e):
+    few constants, each costing a scalar register in the expert phases."""
+    tg = 2.0 * sigmoid(g, 2.0 / beta) - 1.0
+    tu = 2.0 * sigmoid(u, 2.0 / lbeta) - 1.0
     return beta * tg * sigmoid(g) * (lbeta * tu)
 
 

@@ -27,10 +27,9 @@ from __future__ import annotations
 import flydsl.compiler as flyc
 import flydsl.expr as fx
 
-from sgl_k3_mono.k2.flydsl.block import block_sums
 from sgl_k3_mono.k2.flydsl.combine import combine_phase, reduce_phase
 from sgl_k3_mono.k2.flydsl.experts import experts_down_phase, experts_up_phase
-from sgl_k3_mono.k2.flydsl.geometry import (AUX_FLOATS, BIT, BN, LDS_FLOATS, LDS_INTS, PHASES, THREADS,
+from sgl_k3_mono.k2.flydsl.geometry import (AUX_FLOATS, BIT, BN, LDS_FLOATS, LDS_INTS, PHASES, THREADS, WAVES,
                                             barrier_plan, first_tile, out_col, out_row)
 from sgl_k3_mono.k2.flydsl.route import distinct, route_phase
 from sgl_k3_mono.k2.flydsl.seam import seam_phase
@@ -46,6 +45,84 @@ def _rsrc(t):
     return fx.rocdl.get_buffer_rsrc(fx.get_iter(fx.rocdl.make_buffer_tensor(t)))
 
 
+FRAME_WORDS = 8
+"""Per wave in LDS: start time, deadline, error-record address, rank, layer, stall phase."""
+
+
+class _Frame:
+    """The persistent frame around the phases (plain Python at trace time: it decides
+    from the barrier plan which barriers, tags and stall points to emit).
+
+    The values only the waits and the stall switch read (start time, deadline, error
+    record, rank, layer, stall phase) live in LDS, one copy a wave written and read by
+    that wave: held in scalar registers they would be live across every phase, and the
+    persistent launch runs out of SGPRs (spills). The waits are off the hot path."""
+
+    def __init__(self, plan, sync_p, flags, epoch, words, deadline_ns, err_addr, rank, layer, stall):
+        self.plan, self.sync_p, self.flags, self.epoch = plan, sync_p, flags, epoch
+        self.barriers = 0  # grid barrier i waits for (i + 1) arrivals a workgroup
+        self.at = words.ptr + (fx.thread_idx.x // 64) * FRAME_WORDS
+        for i, v in enumerate((now_ns(), deadline_ns, err_addr, rank, layer, stall)):
+            fx.generic_store(self.at + i, fx.Int64(v))
+
+    def _word(self, i):
+        return fx.Int64(fx.ptr_load(self.at + i))
+
+    @property
+    def t0(self):
+        return self._word(0)
+
+    @property
+    def deadline_ns(self):
+        return self._word(1)
+
+    @property
+    def rec(self):
+        return fx.inttoptr(self.sync_p.type, self._word(2))
+
+    @property
+    def rank(self):
+        return fx.Int32(self._word(3))
+
+    @property
+    def layer(self):
+        return fx.Int32(self._word(4))
+
+    def wait_args(self):
+        """(t0, deadline, record, rank, layer) for a wait."""
+        return self.t0, self.deadline_ns, self.rec, self.rank, self.layer
+
+    def wait(self, name, tp, slot, active):
+        """Phase `name` waits (where `active`) for every rank's ready tag of `slot`."""
+        wait_peers(active, self.flags, self.sync_p, tp, slot, self.epoch + 1, *self.wait_args(), LAUNCH_ID, PHASES.index(name))
+
+    def start(self, name):
+        maybe_stall(fx.Int32(self._word(5)), PHASES.index(name), *self.wait_args(), LAUNCH_ID)
+
+    def end(self, name):
+        """After phase `name`: the grid barrier, then the ready tag, as the plan says."""
+        if self.plan[name]["barrier"]:
+            grid_barrier(self.sync_p, self.barriers, fx.grid_dim.x, *self.wait_args(), LAUNCH_ID, PHASES.index(name))
+            self.barriers += 1
+        if self.plan[name]["publish"]:
+            slot = self.epoch % 2 if name == "o_proj" else 2 + self.epoch % 2
+            publish(self.flags, self.sync_p, self.rank, slot, self.epoch + 1)
+
+
+class _Pulled:
+    """Every rank's partials of this parity, as bf16 pointers read from an int64 address
+    table where they are used (not held in scalar registers across a phase)."""
+
+    def __init__(self, table, base, epoch, slot_elems, tp):
+        self.tab, self.ty, self.off, self.tp = fx.get_iter(table), base.type, (epoch % 2) * slot_elems, tp
+
+    def __len__(self):
+        return self.tp
+
+    def __getitem__(self, q):
+        return fx.inttoptr(self.ty, fx.Int64(fx.ptr_load(self.tab + q))) + self.off
+
+
 @flyc.kernel(known_block_size=[THREADS, 1, 1])
 def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   wo: fx.Tensor, proj: fx.Tensor, rnorm: fx.Tensor, onorm: fx.Tensor,
@@ -57,11 +134,12 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   part2: fx.Tensor, out: fx.Tensor,
                   peer1: fx.Tensor, peer2: fx.Tensor, flags: fx.Tensor, red: fx.Tensor, sync: fx.Tensor,
                   M: fx.Int32, nvb: fx.Int32, has_prefix: fx.Int32,
-                  s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
-                  s13_e: fx.Int32, s13_n: fx.Int32, ssc13_e: fx.Int32, ssc13_n: fx.Int32,
-                  s2_e: fx.Int32, s2_n: fx.Int32, ssc2_e: fx.Int32, ssc2_n: fx.Int32,
-                  s_wsd: fx.Int32, s_wup: fx.Int32, slot1: fx.Int32, slot2: fx.Int32,
                   err_addr: fx.Int64, deadline_ns: fx.Int64, rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
+                  s_wo: fx.Constexpr[int], s_wgu: fx.Constexpr[int], s_wr: fx.Constexpr[int], s_wdn: fx.Constexpr[int],
+                  s13_e: fx.Constexpr[int], s13_n: fx.Constexpr[int], ssc13_e: fx.Constexpr[int],
+                  ssc13_n: fx.Constexpr[int], s2_e: fx.Constexpr[int], s2_n: fx.Constexpr[int],
+                  ssc2_e: fx.Constexpr[int], ssc2_n: fx.Constexpr[int], s_wsd: fx.Constexpr[int],
+                  s_wup: fx.Constexpr[int], slot1: fx.Constexpr[int], slot2: fx.Constexpr[int],
                   H: fx.Constexpr[int], A: fx.Constexpr[int], S2: fx.Constexpr[int], E: fx.Constexpr[int],
                   L: fx.Constexpr[int], I: fx.Constexpr[int], I_UP: fx.Constexpr[int], TOPK: fx.Constexpr[int],
                   NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
@@ -72,8 +150,6 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
     nblk = fx.grid_dim.x
     r16 = (tid % 64) % 16
     sync_p = fx.get_iter(sync)
-    rec = fx.inttoptr(sync_p.type, err_addr)
-    t0 = now_ns()
     lds = fx.SharedAllocator()
     red_lds = lds.allocate(fx.Array[fx.Float32, LDS_FLOATS, 16]).peek()
     aux = lds.allocate(fx.Array[fx.Float32, AUX_FLOATS, 16]).peek()
@@ -82,42 +158,22 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
     m_in = (r16 < M).select(r16, 0)
     n_loc = out_row(tid)
     m_out = out_col(tid)
-    plan = barrier_plan(PHASE_MASK, TP)
-    done = [0]  # grid barriers so far (trace time): barrier i waits for (i + 1) arrivals a workgroup
-
-    def end_of(name):
-        """After phase `name`: the grid barrier, then the ready tag, as the plan says."""
-        if plan[name]["barrier"]:
-            grid_barrier(sync_p, done[0], nblk, t0, deadline_ns, rec, rank, layer, LAUNCH_ID, PHASES.index(name))
-            done[0] += 1
-        if plan[name]["publish"]:
-            slot = epoch % 2 if name == "o_proj" else 2 + epoch % 2
-            publish(flags, sync_p, rank, slot, epoch + 1)
-
-    def start(name):
-        maybe_stall(stall, PHASES.index(name), t0, deadline_ns, rec, rank, layer, LAUNCH_ID)
-
-    def pulled(table, base, slot_elems):
-        """Every rank's partials of this parity: bf16 pointers from an int64 address table."""
-        tab = fx.get_iter(table)
-        return [fx.inttoptr(base.type, fx.Int64(fx.ptr_load(tab + q))) + (epoch % 2) * slot_elems
-                for q in range(TP)]
-
     epoch = fx.Int32(0)
     if TP > 1:
         epoch = fx.generic_load(sync_p + EPOCH)
-    part1_p = fx.get_iter(part1) + (epoch % 2) * slot1
-    part2_p = fx.get_iter(part2) + (epoch % 2) * slot2
+    words = lds.allocate(fx.Array[fx.Int64, WAVES * FRAME_WORDS, 16]).peek()
+    fr = _Frame(barrier_plan(PHASE_MASK, TP), sync_p, flags, epoch, words, deadline_ns, err_addr, rank, layer, stall)
 
     # ---- 0: o_proj ------------------------------------------------------------------
     if PHASE_MASK & BIT["o_proj"]:
-        start("o_proj")
+        fr.start("o_proj")
         x_rsrc = _rsrc(attn)
 
         def b_attn(k):
             return load16(x_rsrc, (m_in * A + k) * 2).bitcast(fx.BFloat16)
 
         w_rsrc = _rsrc(wo)
+        part1_p = fx.get_iter(part1) + (epoch % 2) * slot1  # this launch's parity slot (TP > 1)
         for tile in range(bid, H // BN, nblk):
             total = tile_sum(bf16_rows(w_rsrc, (tile * BN + r16) * s_wo * 2), b_attn, A, red_lds)
             if m_out < M:
@@ -126,23 +182,21 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
             own_p = fx.get_iter(owner)
             for e in range(tid, E, THREADS):
                 (own_p + e).store(fx.Int32(OWNER_NONE))
-        end_of("o_proj")
+        fr.end("o_proj")
 
     # ---- 1: seam --------------------------------------------------------------------
     if PHASE_MASK & BIT["seam"]:
-        start("seam")
-        if plan["seam"]["wait"]:
-            if bid < M:
-                wait_peers(flags, sync_p, TP, epoch % 2, epoch + 1, t0, deadline_ns, rec, rank, layer, LAUNCH_ID,
-                           PHASES.index("seam"))
-        peers = pulled(peer1, fx.get_iter(part1), slot1) if TP > 1 else None
+        fr.start("seam")
+        if fr.plan["seam"]["wait"]:  # the workgroups with a row to reduce
+            fr.wait("seam", TP, epoch % 2, bid < M)
+        peers = _Pulled(peer1, fx.get_iter(part1), epoch, slot1, TP) if TP > 1 else None
         seam_phase(M, nvb, has_prefix, _rsrc(part1), peers, _rsrc(prefix), _rsrc(bank), _rsrc(proj), _rsrc(rnorm),
                    _rsrc(onorm), fx.get_iter(p), fx.get_iter(h2), aux, H, NB, EPS, MIX_BF16)
-        end_of("seam")
+        fr.end("seam")
 
     # ---- 2: front: [shared gate_up | router | latent down] @ h2 -----------------------
     if PHASE_MASK & BIT["front"]:
-        start("front")
+        fr.start("front")
         h_rsrc = _rsrc(h2)
 
         def b_h2(k):
@@ -170,51 +224,51 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
             total = tile_sum(bf16_rows(d_rsrc, (row0 + r16) * s_wdn * 2), b_h2, H, red_lds)
             if m_out < M:
                 (xin_p + (m_out * L + row0 + n_loc)).store(fx.BFloat16(total))
-        end_of("front")
+        fr.end("front")
 
     # ---- 3: route -------------------------------------------------------------------
     if PHASE_MASK & BIT["route"]:
-        start("route")
+        fr.start("route")
         route_phase(M, _rsrc(logits), _rsrc(bias), fx.get_iter(logits), fx.get_iter(ids), fx.get_iter(wts),
-                    fx.get_iter(owner), aux, E, TOPK)
-        end_of("route")
+                    fx.get_iter(owner), red_lds, aux, E, TOPK)
+        fr.end("route")
 
     # ---- 4: experts_up ----------------------------------------------------------------
     if PHASE_MASK & BIT["experts_up"]:
-        start("experts_up")
+        fr.start("experts_up")
         n_e = distinct(M, fx.get_iter(ids), fx.get_iter(owner), ints, TOPK)
         experts_up_phase(M, n_e, ints, _rsrc(xin), _rsrc(w13), _rsrc(sc13), fx.get_iter(act),
                          s13_e, s13_n, ssc13_e, ssc13_n, red_lds, L, I, I_UP, BETA, LBETA)
-        end_of("experts_up")
+        fr.end("experts_up")
 
     # ---- 5: experts_down, and the shared experts' down ----------------------------------
     if PHASE_MASK & BIT["experts_down"]:
-        start("experts_down")
+        fr.start("experts_down")
         n_e = distinct(M, fx.get_iter(ids), fx.get_iter(owner), ints, TOPK)
         experts_down_phase(M, n_e, ints, _rsrc(act), _rsrc(w2), _rsrc(sc2), fx.get_iter(y),
-                           s2_e, s2_n, ssc2_e, ssc2_n, _rsrc(gu), _rsrc(wsd), s_wsd, part2_p, red_lds,
+                           s2_e, s2_n, ssc2_e, ssc2_n, _rsrc(gu), _rsrc(wsd), s_wsd,
+                           fx.get_iter(part2) + (epoch % 2) * slot2, red_lds,
                            H, S2, L, I, TOPK, BETA, LBETA)
-        end_of("experts_down")
+        fr.end("experts_down")
 
     # ---- 6: combine -------------------------------------------------------------------
     if PHASE_MASK & BIT["combine"]:
-        start("combine")
-        combine_phase(M, fx.get_iter(wts), fx.get_iter(y), part2_p, L, H, TOPK)
-        end_of("combine")
+        fr.start("combine")
+        combine_phase(M, fx.get_iter(wts), fx.get_iter(y), fx.get_iter(part2) + (epoch % 2) * slot2, L, H, TOPK)
+        fr.end("combine")
 
     # ---- 7: reduce (TP > 1) -------------------------------------------------------------
     if PHASE_MASK & BIT["reduce"]:
         if TP > 1:
-            start("reduce")
-            if plan["reduce"]["wait"]:
-                wait_peers(flags, sync_p, TP, 2 + epoch % 2, epoch + 1, t0, deadline_ns, rec, rank, layer,
-                           LAUNCH_ID, PHASES.index("reduce"))
-            reduce_phase(M, pulled(peer2, fx.get_iter(part2), slot2), fx.get_iter(red), L, H)
-        end_of("reduce")
+            fr.start("reduce")
+            if fr.plan["reduce"]["wait"]:
+                fr.wait("reduce", TP, 2 + epoch % 2, bid >= 0)
+            reduce_phase(M, _Pulled(peer2, fx.get_iter(part2), epoch, slot2, TP), fx.get_iter(red), L, H)
+        fr.end("reduce")
 
     # ---- 8: latent_up: norm(latent) @ Wup^T, + shared, + p --------------------------------
     if PHASE_MASK & BIT["latent_up"]:
-        start("latent_up")
+        fr.start("latent_up")
         src = red if TP > 1 else part2  # [latent | shared], reduced over the ranks
         lat_rsrc, g_rsrc, u_rsrc = _rsrc(src), _rsrc(lnorm), _rsrc(wup)
         row_b = m_in * (L + H) * 2
@@ -235,7 +289,10 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
             return (lat * rstd * g).to(fx.BFloat16)
 
         src_p, p_p, out_p = fx.get_iter(src), fx.get_iter(p), fx.get_iter(out)
-        for tile in range(bid, H // BN, nblk):
+        # this start is bid, written so the compiler cannot share another phase's
+        # first-trip test (o_proj's, the front's) with this loop and hold it in scalar
+        # registers across every phase between (the persistent launch had 2 SGPRs too few)
+        for tile in range(first_tile(bid, nblk, H // BN) - H // BN, H // BN, nblk):
             total = tile_sum(bf16_rows(u_rsrc, (tile * BN + r16) * s_wup * 2), b_norm, L, red_lds)
             if m_out < M:
                 n = tile * BN + n_loc
@@ -259,11 +316,12 @@ def k2_fly_launch(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   part2: fx.Tensor, out: fx.Tensor,
                   peer1: fx.Tensor, peer2: fx.Tensor, flags: fx.Tensor, red: fx.Tensor, sync: fx.Tensor,
                   M: fx.Int32, nvb: fx.Int32, has_prefix: fx.Int32,
-                  s_wo: fx.Int32, s_wgu: fx.Int32, s_wr: fx.Int32, s_wdn: fx.Int32,
-                  s13_e: fx.Int32, s13_n: fx.Int32, ssc13_e: fx.Int32, ssc13_n: fx.Int32,
-                  s2_e: fx.Int32, s2_n: fx.Int32, ssc2_e: fx.Int32, ssc2_n: fx.Int32,
-                  s_wsd: fx.Int32, s_wup: fx.Int32, slot1: fx.Int32, slot2: fx.Int32,
                   err_addr: fx.Int64, deadline_ns: fx.Int64, rank: fx.Int32, layer: fx.Int32, stall: fx.Int32,
+                  s_wo: fx.Constexpr[int], s_wgu: fx.Constexpr[int], s_wr: fx.Constexpr[int], s_wdn: fx.Constexpr[int],
+                  s13_e: fx.Constexpr[int], s13_n: fx.Constexpr[int], ssc13_e: fx.Constexpr[int],
+                  ssc13_n: fx.Constexpr[int], s2_e: fx.Constexpr[int], s2_n: fx.Constexpr[int],
+                  ssc2_e: fx.Constexpr[int], ssc2_n: fx.Constexpr[int], s_wsd: fx.Constexpr[int],
+                  s_wup: fx.Constexpr[int], slot1: fx.Constexpr[int], slot2: fx.Constexpr[int],
                   H: fx.Constexpr[int], A: fx.Constexpr[int], S2: fx.Constexpr[int], E: fx.Constexpr[int],
                   L: fx.Constexpr[int], I: fx.Constexpr[int], I_UP: fx.Constexpr[int], TOPK: fx.Constexpr[int],
                   NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
@@ -272,7 +330,7 @@ def k2_fly_launch(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   GRID: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
     k2_fly_kernel(attn, bank, prefix, wo, proj, rnorm, onorm, wgu, wr, wdn, bias, w13, sc13, w2, sc2, wsd, lnorm,
                   wup, part1, p, h2, gu, logits, xin, ids, wts, owner, act, y, part2, out, peer1, peer2, flags, red,
-                  sync, M, nvb, has_prefix, s_wo, s_wgu, s_wr, s_wdn, s13_e, s13_n, ssc13_e, ssc13_n,
-                  s2_e, s2_n, ssc2_e, ssc2_n, s_wsd, s_wup, slot1, slot2, err_addr, deadline_ns, rank, layer, stall,
+                  sync, M, nvb, has_prefix, err_addr, deadline_ns, rank, layer, stall, s_wo, s_wgu, s_wr, s_wdn,
+                  s13_e, s13_n, ssc13_e, ssc13_n, s2_e, s2_n, ssc2_e, ssc2_n, s_wsd, s_wup, slot1, slot2,
                   H, A, S2, E, L, I, I_UP, TOPK, NB, TP, EPS, BETA, LBETA, FRONT_BF16, MIX_BF16, PHASE_MASK,
                   ).launch(grid=(GRID, 1, 1), block=(THREADS, 1, 1), stream=stream)

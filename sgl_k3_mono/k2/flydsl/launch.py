@@ -2,8 +2,9 @@
 
 `fly_arguments` takes exactly what `K2Launch.launch_args` packs for the Triton kernel
 (the positional tuple, named by the Triton kernel's own signature, and the constexpr
-dict), so there is one argument builder for both device codes; only the selection of
-what the written FlyDSL phases read happens here.
+dict), so there is one argument builder for both device codes; only the selection and
+the FlyDSL-specific refusals (shapes its tiles need, what a buffer descriptor can
+address, MXFP4 experts) happen here, before anything is traced.
 """
 
 from __future__ import annotations
@@ -11,11 +12,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-FLY_PHASES = ("o_proj", "front", "latent_up")
-"""K2 phases written in FlyDSL so far (k2/triton/kernel.py PHASES has all of them)."""
+from sgl_k3_mono.k2.flydsl.geometry import BIT, PHASES
+
+FLY_PHASES = PHASES
+"""K2 phases written in FlyDSL: all of k2/triton/kernel.py's."""
 GRID = 256
 """One workgroup per MI355X CU (isa.PROFILES["gfx950"].resident_blocks)."""
-_BIT = {"o_proj": 1, "front": 2, "latent_up": 4}  # = kernel.O_PROJ, FRONT, LATENT_UP
+BUFFER_BYTES = 1 << 31
+"""A buffer descriptor's byte offsets are 32-bit (signed offsets in the index math)."""
+
+# what the FlyDSL kernel takes, by the Triton kernel's parameter names, in its order
+_TENSORS = ("attn_ptr", "bank_ptr", "prefix_ptr", "wo_ptr", "proj_ptr", "rnorm_ptr", "onorm_ptr",
+            "wgu_ptr", "wr_ptr", "wdn_ptr", "bias_ptr", "w13_ptr", "sc13_ptr", "w2_ptr", "sc2_ptr",
+            "wsd_ptr", "lnorm_ptr", "wup_ptr", "part1_ptr", "p_ptr", "h2_ptr", "gu_ptr", "logit_ptr", "xin_ptr",
+            "ids_ptr", "wts_ptr", "owner_ptr", "act_ptr", "y_ptr", "part2_ptr", "out_ptr",
+            "peer1_ptr", "peer2_ptr", "flag_ptr", "red_ptr", "sync_ptr")
+_SCALARS = ("M", "nvb", "has_prefix", "err_addr", "deadline_ns", "rank", "layer", "stall_phase")
+_STRIDES = {"s_wo": "s_wo", "s_wgu": "s_wgu", "s_wr": "s_wr", "s_wdn": "s_wdn", "s13_e": "s13_e", "s13_n": "s13_n",
+            "ssc13_e": "ssc13_e", "ssc13_n": "ssc13_n", "s2_e": "s2_e", "s2_n": "s2_n", "ssc2_e": "ssc2_e",
+            "ssc2_n": "ssc2_n", "s_wsd": "s_wsd", "s_wup": "s_wup", "slot1": "SLOT1", "slot2": "SLOT2"}
+"""Row strides and slot sizes: fixed by the model's weights and the plan, so compiled in
+as constants (kernel name -> launch_args name); the scalar registers stay for the frame."""
+_BUFFERED = ("attn_ptr", "bank_ptr", "prefix_ptr", "wo_ptr", "proj_ptr", "rnorm_ptr", "onorm_ptr", "wgu_ptr",
+             "wr_ptr", "wdn_ptr", "bias_ptr", "w13_ptr", "sc13_ptr", "w2_ptr", "sc2_ptr", "wsd_ptr", "lnorm_ptr",
+             "wup_ptr", "part1_ptr", "h2_ptr", "gu_ptr", "logit_ptr", "xin_ptr", "act_ptr", "part2_ptr", "red_ptr")
+"""Tensors read through buffer descriptors: each must fit 2 GiB of byte offsets."""
 
 
 @dataclass(frozen=True)
@@ -32,54 +53,65 @@ class FlyK2Call:
 
 
 def missing_phases() -> tuple[str, ...]:
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+    from sgl_k3_mono.k2.triton.kernel import PHASES as TRITON_PHASES
 
-    return tuple(p for p in PHASES if p not in FLY_PHASES)
+    return tuple(p for p in TRITON_PHASES if p not in FLY_PHASES)
+
+
+def _check(a: dict, meta: dict) -> None:
+    from sgl_k3_mono.k2.flydsl.geometry import check_shapes
+    from sgl_k3_mono.k2.triton.kernel import PHASES as TRITON_PHASES
+
+    if tuple(TRITON_PHASES) != PHASES:  # the stall switch and the error record name phases by number
+        raise RuntimeError(f"K2 FlyDSL phase numbering {PHASES} differs from the Triton kernel's {TRITON_PHASES}")
+    if not meta["MXFP4"]:
+        raise NotImplementedError("K2 FlyDSL reads MXFP4 routed experts only (bf16 experts: the Triton K2)")
+    check_shapes(meta["H"], meta["A"], meta["S2"], meta["E"], meta["L"], meta["I"], a["M"], meta["TOPK"],
+                 a["NB"])
+    if a["NB"] > 15:
+        raise ValueError(f"K2 FlyDSL: bank of {a['NB']} rows (at most 15)")
+    big = [n for n in _BUFFERED if a[n].numel() * a[n].element_size() >= BUFFER_BYTES]
+    if big:
+        raise ValueError(f"K2 FlyDSL: {big} exceed {BUFFER_BYTES} bytes, past a buffer descriptor's offsets")
+    odd = [n for n in ("ssc13_e", "ssc13_n", "ssc2_e", "ssc2_n") if a[n] % 4]
+    if odd:  # a lane group's 4 scales are read as one aligned dword
+        raise ValueError(f"K2 FlyDSL: MXFP4 scale strides {[(n, a[n]) for n in odd]} must be multiples of 4")
 
 
 def fly_arguments(args: tuple, meta: dict, *, phases: Sequence[str] = ("o_proj",), grid: int = GRID) -> FlyK2Call:
     """Map K2Launch.launch_args' output onto the FlyDSL launch running `phases` (no copy,
     no new tensor: every tensor is one launch_args packed)."""
-    from sgl_k3_mono.k2.flydsl.geometry import check_k
-    from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
+    from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
     bad = [p for p in phases if p not in FLY_PHASES]
     if bad or not phases:
-        raise NotImplementedError(f"K2 on FlyDSL: phases {bad or list(phases)} are not written in FlyDSL yet")
+        raise NotImplementedError(f"K2 on FlyDSL: phases {bad or list(phases)} are not written in FlyDSL")
     a = dict(zip(k2_kernel.arg_names, args))
     if len(a) != len(args):
         raise ValueError(f"K2 FlyDSL: {len(args)} launch arguments for {len(k2_kernel.arg_names)} names")
-    H, A, S2, E, L, TP = (meta[k] for k in ("H", "A", "S2", "E", "L", "TP"))
-    if H % 16 or S2 % 16 or E % 16 or L % 16:
-        raise ValueError(f"K2 FlyDSL: H={H}, 2S={S2}, E={E}, L={L} must be multiples of 16")
-    check_k(A, "o_proj")
-    check_k(H, "front")
-    check_k(L, "latent_up")
-    red2 = a["red_ptr"] if TP > 1 else a["part2_ptr"]  # [latent | shared], reduced over the ranks
-    call = (a["attn_ptr"], a["wo_ptr"], a["part1_ptr"], a["h2_ptr"], a["wgu_ptr"], a["wr_ptr"], a["wdn_ptr"],
-            a["gu_ptr"], a["logit_ptr"], a["xin_ptr"], red2, a["lnorm_ptr"], a["wup_ptr"], a["p_ptr"],
-            a["out_ptr"], a["flag_ptr"], a["sync_ptr"],
-            a["M"], a["s_wo"], a["s_wgu"], a["s_wr"], a["s_wdn"], a["s_wup"], a["SLOT1"], a["err_addr"],
-            a["deadline_ns"], a["rank"], a["layer"], a["stall_phase"])
-    mask = sum(_BIT[p] for p in set(phases))
-    consts = dict(H=H, A=A, S2=S2, E=E, L=L, TP=TP, EPS=float(meta["EPS"]), FRONT_BF16=bool(meta["FRONT_BF16"]),
-                  PHASE_MASK=mask, ID_O_PROJ=PHASES.index("o_proj"), ID_FRONT=PHASES.index("front"),
-                  ID_LATENT_UP=PHASES.index("latent_up"), GRID=grid)
+    _check(a, meta)
+    call = tuple(a[n] for n in _TENSORS) + tuple(a[n] for n in _SCALARS)
+    consts = dict(H=meta["H"], A=meta["A"], S2=meta["S2"], E=meta["E"], L=meta["L"], I=meta["I"],
+                  I_UP=meta["I_UP"], TOPK=meta["TOPK"], NB=a["NB"], TP=meta["TP"], EPS=float(meta["EPS"]),
+                  BETA=float(meta["BETA"]), LBETA=float(meta["LBETA"]), FRONT_BF16=bool(meta["FRONT_BF16"]),
+                  MIX_BF16=bool(meta["MIX_BF16"]), PHASE_MASK=sum(BIT[p] for p in set(phases)), GRID=grid,
+                  **{k: int(a[n]) for k, n in _STRIDES.items()})
     return FlyK2Call(call, consts)
 
 
-def run_fly(args: tuple, meta: dict, *, phase=None, grid: int = GRID) -> None:
-    """K2Launch.__call__ on FlyDSL. A persistent launch (phase None) or every phase
-    ("all") needs every phase in FlyDSL: until then it is refused, loudly, rather than
-    mixed with Triton phases inside one step."""
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+def persistent_phases(tp: int) -> tuple[str, ...]:
+    """The persistent launch's phases: all of them, reduce only at TP > 1 (as Triton's)."""
+    return tuple(p for p in PHASES if tp > 1 or p != "reduce")
 
-    if phase is None or phase == "all":
-        missing = missing_phases()
-        if missing:
-            raise NotImplementedError(f"K2 on FlyDSL: phases {list(missing)} are not written in FlyDSL yet; "
-                                      f"set SGL_K3_MONO_GFX950_IMPL=triton for the Triton K2 on gfx950")
-        fly_arguments(args, meta, phases=FLY_PHASES, grid=grid).run()
-        return
-    name = phase if isinstance(phase, str) else PHASES[int(phase)]
-    fly_arguments(args, meta, phases=(name,), grid=grid).run()
+
+def run_fly(args: tuple, meta: dict, *, phase=None, grid: int = GRID) -> None:
+    """K2Launch.__call__ on FlyDSL: persistent (phase None), every phase as its own
+    launch in order ("all"), or one phase (a name or its number)."""
+    if phase is None:
+        fly_arguments(args, meta, phases=persistent_phases(meta["TP"]), grid=grid).run()
+    elif phase == "all":
+        for name in PHASES:
+            fly_arguments(args, meta, phases=(name,), grid=grid).run()
+    else:
+        name = phase if isinstance(phase, str) else PHASES[int(phase)]
+        fly_arguments(args, meta, phases=(name,), grid=grid).run()

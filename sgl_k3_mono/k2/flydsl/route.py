@@ -22,7 +22,7 @@ from sgl_k3_mono.runtime.flydsl_sync import AGENT, RELAXED, _device
 
 
 @_device
-def route_phase(M, logits_r, bias_r, logits_p, ids_p, wts_p, owner_p, aux, E: int, TOPK: int):
+def route_phase(M, logits_r, bias_r, logits_p, ids_p, wts_p, owner_p, cand, aux, E: int, TOPK: int):
     tid = fx.thread_idx.x
     bid = fx.block_idx.x
     nblk = fx.grid_dim.x
@@ -31,30 +31,32 @@ def route_phase(M, logits_r, bias_r, logits_p, ids_p, wts_p, owner_p, aux, E: in
     bias = [fx.Float32(fx.rocdl.raw_ptr_buffer_load(T.f32, bias_r, (e < E).select(e * 4, OOB), 0, 0))
             for e in exp_id]
     for r in range(bid, M, nblk):
-        choice = []
+        # this thread's candidates live in LDS (cand[i * THREADS + tid]): a runtime top-k
+        # loop keeps the code small and the registers few
         for i in range_constexpr(per):
             e = exp_id[i]
             lg = fx.Float32(fx.rocdl.raw_ptr_buffer_load(T.f32, logits_r, (e < E).select((r * E + e) * 4, OOB), 0, 0))
-            choice.append((e < E).select(sigmoid(lg) + bias[i], NEG_INF))
+            fx.generic_store(cand.ptr + (i * THREADS + tid), (e < E).select(sigmoid(lg) + bias[i], NEG_INF))
         my_id = fx.Int32(0)
         my_w = fx.Float32(0.0)
         wsum = fx.Float32(0.0)
-        for k in range_constexpr(TOPK):
-            best = choice[0]
+        for k in range(TOPK):
+            best = fx.Float32(fx.ptr_load(cand.ptr + tid))
             best_i = exp_id[0]
             for i in range_constexpr(1, per):  # ascending ids: strictly greater keeps the lower id on a tie
-                take = choice[i] > best
-                best = take.select(choice[i], best)
+                c = fx.Float32(fx.ptr_load(cand.ptr + (i * THREADS + tid)))
+                take = c > best
+                best = take.select(c, best)
                 best_i = take.select(exp_id[i], best_i)
             idx = block_argmax(best, best_i, aux)
-            # the unbiased score of the winner, recomputed exactly as above
+            # the unbiased score of the winner, computed as above from the same logit
             s = sigmoid(fx.Float32(fx.ptr_load(logits_p + (r * E + idx))))
             wsum = wsum + s
             mine = tid == k
             my_id = mine.select(idx, my_id)
             my_w = mine.select(s, my_w)
-            for i in range_constexpr(per):
-                choice[i] = (exp_id[i] == idx).select(NEG_INF, choice[i])
+            if (idx - tid) % THREADS == 0:  # the thread holding the winner strikes it out
+                fx.generic_store(cand.ptr + ((idx - tid) // THREADS * THREADS + tid), fx.Float32(NEG_INF))
         if tid < TOPK:
             (ids_p + (r * TOPK + tid)).store(my_id)
             (wts_p + (r * TOPK + tid)).store(my_w / (wsum + 1e-20))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import flydsl.expr as fx
 from flydsl.expr import range_constexpr
 
-from sgl_k3_mono.k2.flydsl.block import NEG_INF, block_sums, fmax
+from sgl_k3_mono.k2.flydsl.block import NEG_INF, block_sums, exp, fmax
 from sgl_k3_mono.k2.flydsl.geometry import OOB, SEAM_VEC, THREADS
 from sgl_k3_mono.k2.flydsl.tile import load8
 from sgl_k3_mono.runtime.flydsl_sync import _device
@@ -27,6 +27,17 @@ def _dot(xs, ys):
     for i in range(1, len(xs)):
         t = t + (xs[i] * ys[i]).reduce("add")
     return t
+
+
+def _attn_sum(peers, part1_r, off):
+    """a = bf16(sum_r a_r) at element `off`: this rank's partials at TP 1, else every
+    rank's in rank order (fp32 sum, so every rank rounds the same value)."""
+    if peers is None:
+        return load8(part1_r, off * 2)
+    a = fx.generic_load(peers[0] + off, dtype=fx.BFloat16, count=4).to(fx.Float32)
+    for q in range(1, len(peers)):
+        a = a + fx.generic_load(peers[q] + off, dtype=fx.BFloat16, count=4).to(fx.Float32)
+    return a.to(fx.BFloat16).to(fx.Float32)
 
 
 def _norm_score(dot, ssq, H: int, eps: float):
@@ -48,13 +59,7 @@ def seam_phase(M, nvb, has_prefix, part1_r, peers, prefix_r, bank_r, proj_r, rno
         p = []
         for i in range_constexpr(steps):
             c = cols[i]
-            if peers is None:
-                a = load8(part1_r, (r * H + c) * 2)
-            else:
-                a = fx.generic_load(peers[0] + (r * H + c), dtype=fx.BFloat16, count=4).to(fx.Float32)
-                for q in range_constexpr(1, len(peers)):
-                    a = a + fx.generic_load(peers[q] + (r * H + c), dtype=fx.BFloat16, count=4).to(fx.Float32)
-                a = a.to(fx.BFloat16).to(fx.Float32)
+            a = _attn_sum(peers, part1_r, r * H + c)
             pre_off = (has_prefix != 0).select((r * H + c) * 2, OOB)
             pre = (load8(prefix_r, pre_off) + a).to(fx.BFloat16).to(fx.Float32)
             pv = (has_prefix != 0).select(pre, a)
@@ -72,8 +77,8 @@ def seam_phase(M, nvb, has_prefix, part1_r, peers, prefix_r, bank_r, proj_r, rno
         mx = s_p
         for j in range_constexpr(NB):
             mx = fmax(mx, s_j[j])
-        e_p = fx.math.exp(s_p - mx)
-        e_j = [fx.math.exp(s_j[j] - mx) for j in range_constexpr(NB)]
+        e_p = exp(s_p - mx)
+        e_j = [exp(s_j[j] - mx) for j in range_constexpr(NB)]
         z = e_p
         for j in range_constexpr(NB):
             z = z + e_j[j]
@@ -83,8 +88,7 @@ def seam_phase(M, nvb, has_prefix, part1_r, peers, prefix_r, bank_r, proj_r, rno
             for i in range_constexpr(steps):
                 v = load8(bank_r, (j < nvb).select(((r * NB + j) * H + cols[i]) * 2, OOB))
                 mix[i] = mix[i] + alpha * v
-        if MIX_BF16:
-            mix = [m.to(fx.BFloat16).to(fx.Float32) for m in mix]
+        mix = [m.to(fx.BFloat16).to(fx.Float32) for m in mix] if MIX_BF16 else mix
         ssq = block_sums([_dot(mix, mix)], aux)[0]
         rms = fx.math.sqrt(ssq / float(H) + EPS)
         for i in range_constexpr(steps):

@@ -131,15 +131,24 @@ def lds_sum(acc, red):
     return total
 
 
-def tile_sum(load_a, load_b, K, red):
-    """One 16-row tile over input width K (a multiple of KC), chunks round-robin over
-    the waves, summed through LDS."""
+def _chunks(K):
+    """This wave's chunks of an input width K (a multiple of KC): a contiguous run when
+    the waves share them evenly (a constant trip count the compiler unrolls), else
+    round-robin (K = 384, 768: some waves take one chunk fewer)."""
     wave = fx.thread_idx.x // 64
-    return lds_sum(wave_acc(load_a, load_b, wave, K // KC, WAVES), red)
+    n = K // KC
+    if n % WAVES == 0:
+        return wave * (n // WAVES), wave * (n // WAVES) + n // WAVES, 1
+    return wave, n, WAVES
+
+
+def tile_sum(load_a, load_b, K, red):
+    """One 16-row tile over input width K, the chunks split over the waves, summed
+    through LDS."""
+    return lds_sum(wave_acc(load_a, load_b, *_chunks(K)), red)
 
 
 def tile_sum2(load_a, load_a2, load_b, K, red):
     """tile_sum of two weight tiles sharing the B operand."""
-    wave = fx.thread_idx.x // 64
-    acc, acc2 = wave_acc2(load_a, load_a2, load_b, wave, K // KC, WAVES)
+    acc, acc2 = wave_acc2(load_a, load_a2, load_b, *_chunks(K))
     return lds_sum(acc, red), lds_sum(acc2, red)
