@@ -34,11 +34,14 @@ MAX_REGS = {"sm_90": 255, "gfx950": 512}  # one program per SM/CU: the whole reg
 # (docs/evidence/gfx950.md), not a pass. gfx950 is served by the FlyDSL launches; the
 # Triton build for gfx950 is the opt-in alternative and does not yet fit a CU's registers.
 ALLOWED_SPILLS: dict[tuple[str, str], str] = {
-    ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has 3 of K2's phases)",
+    ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has all of K2's phases)",
     ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; K1 has no FlyDSL launch yet)",
-    ("sm_90", "k2-"): "K2 compiles with a 5-14 KB stack frame on sm_90 (finding, docs/evidence/k2-sm90.md: "
-                      "the seam holds whole 7168-wide rows and the router [16, 1024] tiles per program)",
+    ("sm_90", "k2-"): "K2 at 8 rows keeps an 8-byte stack frame on sm_90 (255 registers: tensor-core dense "
+                      "phases and GEMV experts in one program; the 1-row builds have none). Held to "
+                      "SM90_K2_STACK_LIMIT bytes: the 5-14 KB frames of earlier builds cost 10x in the expert phases",
 }
+SM90_K2_STACK_LIMIT = 64
+"""Bytes of local memory an sm_90 K2 build may keep (docs/evidence/k2-sm90.md)."""
 
 
 @dataclasses.dataclass
@@ -235,6 +238,8 @@ def check_one(name: str, build, target: str) -> Result:
         res.problems.append(f"{res.regs} registers over {MAX_REGS[target]}")
     if (res.spills or 0) > 0 or (res.local_bytes or 0) > 0:
         why = next((v for (t, k), v in ALLOWED_SPILLS.items() if t == target and name.startswith(k)), None)
+        if target == "sm_90" and name.startswith("k2-") and (res.local_bytes or 0) > SM90_K2_STACK_LIMIT:
+            why = None
         text = f"spills: {res.spills}, local/scratch {res.local_bytes} B"
         res.problems.append(text if why is None else f"(allowed: {why}) {text}")
     res.ok = all(p.startswith("(allowed") for p in res.problems)
