@@ -12,30 +12,14 @@ read (the launches are what a served step runs)."""
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from typing import Callable
 
 
 def _graph_us(fn: Callable[[], object], iters: int = 20, reps: int = 5) -> float:
-    import torch
+    from sgl_k3_mono.timing import graph_time_us
 
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / iters)
-    return statistics.median(times)
+    return graph_time_us(fn, iters=iters, reps=reps)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,29 +35,14 @@ from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, run_k1
 from sgl_k3_mono.k1.weights import K1Weights
 from sgl_k3_mono.reference import kda
 from sgl_k3_mono.reference.ops import bf16
+from sgl_k3_mono.timing import graph_time_us
 
 DEV = "cuda"
 
 
 def _graph_time_us(fn: Callable[[], None], reps: int, per: int) -> float:
     """Median time of one `fn` call (which does `per` layers) over CUDA-graph replays, per layer."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / per)
-    return statistics.median(times)
+    return graph_time_us(fn, iters=1, reps=reps, per=per)
 
 
 def copy_bandwidth_tb_s() -> float:

@@ -16,30 +16,15 @@ TP 1 on one GPU: no all-reduce on either side.
 from __future__ import annotations
 
 import argparse
-import statistics
 from typing import Callable, Optional
 
 import torch
 
+from sgl_k3_mono.timing import graph_time_us
+
 
 def _graph_time_us(fn: Callable[[], None], iters: int = 200, reps: int = 7) -> float:
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / iters)
-    return statistics.median(times)
+    return graph_time_us(fn, iters=iters, reps=reps)
 
 
 def copy_bandwidth_gb_s(gib: float = 4.0) -> tuple[float, float]:
