@@ -188,13 +188,15 @@ class K2Scratch:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
-def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int) -> dict:
+def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0) -> dict:
     """Tile sizes for one launch. Dense phases (o_proj, front, shared down, latent up):
     tensor cores with rows padded to 16, or GEMV (rows rounded up to a power of two,
     products as FMAs in the weights' load layout, no detour through shared memory).
     Expert phases: the same choice, made separately. GEMV product tiles
     [rows, N tile, K chunk] are sized to about 32 fp32 registers a thread, and the
-    expert down tile narrows as rows grow so its K chunk stays >= 32 MXFP4 bytes."""
+    expert down tile narrows as rows grow so its K chunk stays >= 32 MXFP4 bytes.
+    `user_rows` (XU, GEMV experts only): each expert computes only the rows that route
+    it, that many at a time, instead of every row (0: every row)."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     pow2_at_most = lambda n: 1 << (max(1, int(n)).bit_length() - 1)  # noqa: E731
@@ -203,8 +205,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int) 
              num_warps=num_warps)
     t["BK"] = clamp(budget // (rb * 16), 64, 512) if dense_gemv else 512
     if expert_gemv:
-        bl = 64 if rb <= 2 else 32 if rb <= 4 else 16
-        t.update(BI=16, BL=bl, BKX=2 * clamp(budget // (rb * 16), 32, 256), BKD=2 * clamp(budget // (rb * bl), 32, 64))
+        xr = _next_pow2(user_rows) if user_rows else rb
+        bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
+        t.update(XU=_next_pow2(user_rows) if user_rows else 0, BI=16, BL=bl,
+                 BKX=2 * clamp(budget // (xr * 16), 32, 256), BKD=2 * clamp(budget // (xr * bl), 32, 64))
     else:
         t.update(BI=32, BL=64, BKX=512, BKD=128)
     return t
@@ -279,12 +283,13 @@ class K2Launch:
     """Built for an AMD GPU (the HIP timer in the waits)."""
 
     def set_block(self, **over) -> None:
-        """Switch tiles: DENSE_GEMV / EXPERT_GEMV / num_warps pick k2_tiles' sizes for this
-        plan's rows, then the other keys override single entries (the benchmark's sweeps)."""
+        """Switch tiles: DENSE_GEMV / EXPERT_GEMV / XU / num_warps pick k2_tiles' sizes for
+        this plan's rows, then the other keys override single entries (the benchmark's sweeps)."""
         cur = self.block
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
-                        num_warps=over.get("num_warps", cur["num_warps"]))
+                        num_warps=over.get("num_warps", cur["num_warps"]),
+                        user_rows=over.get("XU", cur.get("XU", 0)))
         self.block = {**base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
@@ -327,6 +332,7 @@ class K2Launch:
             LBETA=pl.situ_linear_beta, MXFP4=pl.mxfp4, FRONT_BF16=not isa_sm90, MIX_BF16=isa_sm90,
             BM=_next_pow2(m) if b["DENSE_GEMV"] else ROW_PAD, XR=_next_pow2(m) if b["EXPERT_GEMV"] else ROW_PAD,
             DENSE_GEMV=bool(b["DENSE_GEMV"]), EXPERT_GEMV=bool(b["EXPERT_GEMV"]), MX4D=bool(b.get("MX4D", 1)),
+            XU=b.get("XU", 0) if b["EXPERT_GEMV"] else 0,
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,

@@ -62,6 +62,23 @@ def _e2m1_bf16(nib):
 
 
 @triton.jit
+def _gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
+               R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K]; x rows picked by
+    `rows` [R] (masked by `rvalid`): consecutive rows, or the rows that route one expert."""
+    r3 = rows[:, None, None]
+    v3 = rvalid[:, None, None]
+    n3 = (n0 + tl.arange(0, BN))[None, :, None]
+    part = tl.zeros((R, BN, BK), tl.float32)
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        k3 = k0 + tl.arange(0, BK)[None, None, :]
+        w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
+        part += x.to(tl.float32) * w
+    return tl.sum(part, axis=2)
+
+
+@triton.jit
 def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
               BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
               GEMV: tl.constexpr = False):
@@ -70,15 +87,8 @@ def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
     FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
     memory into a tensor-core operand layout."""
     if GEMV:
-        r3 = tl.arange(0, BM)[:, None, None]
-        n3 = (n0 + tl.arange(0, BN))[None, :, None]
-        part = tl.zeros((BM, BN, BK), tl.float32)
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            k3 = k0 + tl.arange(0, BK)[None, None, :]
-            w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
-            x = tl.load(x_ptr + r3 * sxm + k3, mask=(r3 < M) & (k3 < K), other=0.0).to(tl.bfloat16)
-            part += x.to(tl.float32) * w
-        acc += tl.sum(part, axis=2)
+        rows = tl.arange(0, BM)
+        acc += _gemv_bf16(x_ptr, sxm, rows, rows < M, w_ptr, swn, n0, N, K, BM, BN, BK, STAGES)
     else:
         rm = tl.arange(0, BM)
         rn = n0 + tl.arange(0, BN)
@@ -110,53 +120,68 @@ def _scale_f32(sc, SHIFT: tl.constexpr):
 
 
 @triton.jit
+def _gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
+                R: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
+                MX4D: tl.constexpr):
+    """[R, BN] fp32 = x[rows] @ W^T with FMAs for MXFP4 W (see _dot_mxfp4); x rows picked
+    by `rows` [R] (masked by `rvalid`)."""
+    if not MX4D:
+        # [rows, N tile, bytes]: a scale load and two strided x loads per byte; measured
+        # faster than the 4-D tiles below at 4 and 8 rows (docs/evidence/k2-sm90.md)
+        r3 = rows[:, None, None]
+        v3 = rvalid[:, None, None]
+        n3 = (n0 + tl.arange(0, BN))[None, :, None]
+        part3 = tl.zeros((R, BN, BKH), tl.float32)
+        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
+            b3 = kb + tl.arange(0, BKH)[None, None, :]
+            nmask = (n3 < N) & (b3 < K // 2)
+            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
+            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
+            xm = v3 & (b3 < K // 2)
+            xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
+            xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
+            lo, hi = _e2m1_pair_f32(byte)
+            scale = _scale_f32(sc, 14)  # scaled once, then two FMAs a row (exact: a power of two)
+            part3 += xe * (lo * scale) + xo * (hi * scale)
+        res = tl.sum(part3, axis=2)
+    else:
+        # [rows, N tile, groups of 32 elements, 16 bytes]: a group's scale is one load and
+        # broadcasts; x is read as bf16 pairs (one int32 = the even and the odd element),
+        # so every load is a wide vector load.
+        G: tl.constexpr = BKH // 16
+        r4 = rows[:, None, None, None]
+        v4 = rvalid[:, None, None, None]
+        n4 = (n0 + tl.arange(0, BN))[None, :, None, None]
+        g4 = tl.arange(0, G)[None, None, :, None]
+        j4 = tl.arange(0, 16)[None, None, None, :]
+        x_pairs = x_ptr.to(tl.pointer_type(tl.int32))
+        part = tl.zeros((R, BN, G, 16), tl.float32)
+        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
+            b4 = kb + g4 * 16 + j4
+            kmask = b4 < K // 2
+            byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
+            sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
+            pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=v4 & kmask, other=0)
+            xe = (pair << 16).to(tl.float32, bitcast=True)
+            xo = (pair & -65536).to(tl.float32, bitcast=True)
+            lo, hi = _e2m1_pair_f32(byte)
+            scale = _scale_f32(sc.to(tl.int32), 14)  # scaled once, then two FMAs a row (exact)
+            part += xe * (lo * scale) + xo * (hi * scale)
+        res = tl.sum(tl.sum(part, axis=3), axis=2)
+    return res
+
+
+@triton.jit
 def _dot_mxfp4(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
                BM: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
                GEMV: tl.constexpr = False, MX4D: tl.constexpr = True):
     """acc += x[:M, :K] @ W^T for MXFP4 W: bytes [N, K/2] (low nibble = even element),
     ue8m0 scales [N, K/32]. Hopper has no FP4 unit: decode in registers (exact).
     Tensor-core path: the byte tile is held as [BN, groups, 16] so a group's one scale
-    broadcasts; a scale of 0 (2^-127) decodes as 0. GEMV path: see _dot_bf16."""
-    if GEMV and not MX4D:
-        # [rows, N tile, bytes]: a scale load and two strided x loads per byte; measured
-        # faster than the 4-D tiles below at 4 and 8 rows (docs/evidence/k2-sm90.md)
-        r3 = tl.arange(0, BM)[:, None, None]
-        n3 = (n0 + tl.arange(0, BN))[None, :, None]
-        part3 = tl.zeros((BM, BN, BKH), tl.float32)
-        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-            b3 = kb + tl.arange(0, BKH)[None, None, :]
-            nmask = (n3 < N) & (b3 < K // 2)
-            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
-            xm = (r3 < M) & (b3 < K // 2)
-            xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            lo, hi = _e2m1_pair_f32(byte)
-            part3 += (xe * lo + xo * hi) * _scale_f32(sc, 14)
-        acc += tl.sum(part3, axis=2)
-    elif GEMV:
-        # [rows, N tile, groups of 32 elements, 16 bytes]: a group's scale is one load and
-        # broadcasts; x is read as bf16 pairs (one int32 = the even and the odd element),
-        # so every load is a wide vector load, and the power-of-two scale multiplies the
-        # pair's sum exactly once.
-        G: tl.constexpr = BKH // 16
-        r4 = tl.arange(0, BM)[:, None, None, None]
-        n4 = (n0 + tl.arange(0, BN))[None, :, None, None]
-        g4 = tl.arange(0, G)[None, None, :, None]
-        j4 = tl.arange(0, 16)[None, None, None, :]
-        x_pairs = x_ptr.to(tl.pointer_type(tl.int32))
-        part = tl.zeros((BM, BN, G, 16), tl.float32)
-        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-            b4 = kb + g4 * 16 + j4
-            kmask = b4 < K // 2
-            byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
-            pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=(r4 < M) & kmask, other=0)
-            xe = (pair << 16).to(tl.float32, bitcast=True)
-            xo = (pair & -65536).to(tl.float32, bitcast=True)
-            lo, hi = _e2m1_pair_f32(byte)
-            part += (xe * lo + xo * hi) * _scale_f32(sc.to(tl.int32), 14)
-        acc += tl.sum(tl.sum(part, axis=3), axis=2)
+    broadcasts; a scale of 0 (2^-127) decodes as 0. GEMV path: _gemv_mxfp4."""
+    if GEMV:
+        rows = tl.arange(0, BM)
+        acc += _gemv_mxfp4(x_ptr, sxm, rows, rows < M, w_ptr, swn, s_ptr, ssn, n0, N, K, BM, BN, BKH, STAGES, MX4D)
     else:
         G: tl.constexpr = BKH // 16
         rm = tl.arange(0, BM)
@@ -217,6 +242,24 @@ def _distinct(ids_ptr, owner_ptr, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: t
 
 
 @triton.jit
+def _user_count(ids, keep, e):
+    """How many rows route expert e (a row names an expert at most once)."""
+    return tl.sum(tl.sum(((ids == e) & keep).to(tl.int32), axis=1), axis=0)
+
+
+@triton.jit
+def _user_rows(ids, keep, e, u0, XU: tl.constexpr, BM: tl.constexpr):
+    """Rows u0 .. u0+XU-1 (in row order) of those that route expert e: their indices [XU]
+    and which of them exist [XU]."""
+    rm = tl.arange(0, BM)
+    uses = tl.max(((ids == e) & keep).to(tl.int32), axis=1)
+    rank = tl.cumsum(uses, axis=0) - 1
+    want = u0 + tl.arange(0, XU)
+    pick = (uses[None, :] != 0) & (rank[None, :] == want[:, None])
+    return tl.sum(tl.where(pick, rm[None, :], 0), axis=1), want < tl.sum(uses, axis=0)
+
+
+@triton.jit
 def _nth_expert(ids, first, number, n):
     """The expert the n-th owning pair names."""
     return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
@@ -271,7 +314,7 @@ def k2_kernel(
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
-    MX4D: tl.constexpr = True,
+    MX4D: tl.constexpr = True, XU: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -400,21 +443,39 @@ def k2_kernel(
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e = _nth_expert(ids, first, number, n).to(tl.int64)
-            g = tl.zeros((XR, BI), tl.float32)
-            u = tl.zeros((XR, BI), tl.float32)
-            if MXFP4:
-                g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                               i0, I, L, g, XR, BI, BKX // 2, STAGES, EXPERT_GEMV, MX4D)
-                u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                               sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                               XR, BI, BKX // 2, STAGES, EXPERT_GEMV, MX4D)
-            else:
-                g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES, EXPERT_GEMV)
-                u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                              XR, BI, BKX, STAGES, EXPERT_GEMV)
-            act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
             ri = i0 + tl.arange(0, BI)
-            tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
+            if XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
+                for u0 in range(0, _user_count(ids, keep, e), XU):
+                    urow, uok = _user_rows(ids, keep, e, u0, XU, BM)
+                    if MXFP4:
+                        g = _gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                                        ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
+                        u = _gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                                        sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
+                                        XU, BI, BKX // 2, STAGES, MX4D)
+                    else:
+                        g = _gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
+                                       STAGES)
+                        u = _gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
+                                       XU, BI, BKX, STAGES)
+                    act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                    tl.store(act_ptr + (n * XR + urow[:, None]) * I + ri[None, :], act, mask=uok[:, None])
+            else:  # every row (masked past M)
+                g = tl.zeros((XR, BI), tl.float32)
+                u = tl.zeros((XR, BI), tl.float32)
+                if MXFP4:
+                    g = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
+                                   i0, I, L, g, XR, BI, BKX // 2, STAGES, EXPERT_GEMV, MX4D)
+                    u = _dot_mxfp4(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                                   sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
+                                   XR, BI, BKX // 2, STAGES, EXPERT_GEMV, MX4D)
+                else:
+                    g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
+                                  EXPERT_GEMV)
+                    u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
+                                  XR, BI, BKX, STAGES, EXPERT_GEMV)
+                act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
@@ -431,22 +492,37 @@ def k2_kernel(
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
                 e = _nth_expert(ids, first, number, n)
-                y = tl.zeros((XR, BL), tl.float32)
                 e64 = e.to(tl.int64)
-                if MXFP4:
-                    y = _dot_mxfp4(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                   sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD // 2, STAGES,
-                                   EXPERT_GEMV, MX4D)
-                else:
-                    y = _dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
-                                  XR, BL, BKD, STAGES, EXPERT_GEMV)
-                # every row that routed to e gets it, in its own (row, slot) place
-                match = (ids_x == e) & keep_x
-                slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
-                has = tl.max(match.to(tl.int32), axis=1) > 0
                 rl = l0 + tl.arange(0, BL)
-                tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
-                         mask=has[:, None])
+                if XU > 0:  # only the rows that route e, XU at a time
+                    for u0 in range(0, _user_count(ids, keep, e), XU):
+                        urow, uok = _user_rows(ids, keep, e, u0, XU, BM)
+                        if MXFP4:
+                            y = _gemv_mxfp4(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n,
+                                            sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D)
+                        else:
+                            y = _gemv_bf16(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n, l0, L, I,
+                                           XU, BL, BKD, STAGES)
+                        ids_u = tl.load(ids_ptr + urow[:, None] * TOPK + kc[None, :],
+                                        mask=uok[:, None] & (kc[None, :] < TOPK), other=-1)
+                        slot = tl.sum(tl.where(ids_u == e, kc[None, :], 0), axis=1)
+                        tl.store(y_ptr + (urow * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
+                                 mask=uok[:, None])
+                else:
+                    y = tl.zeros((XR, BL), tl.float32)
+                    if MXFP4:
+                        y = _dot_mxfp4(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                       sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD // 2, STAGES,
+                                       EXPERT_GEMV, MX4D)
+                    else:
+                        y = _dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
+                                      XR, BL, BKD, STAGES, EXPERT_GEMV)
+                    # every row that routed to e gets it, in its own (row, slot) place
+                    match = (ids_x == e) & keep_x
+                    slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
+                    has = tl.max(match.to(tl.int32), axis=1) > 0
+                    tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
+                             mask=has[:, None])
             else:
                 n0 = (item - n_routed) * BN
                 acc = tl.zeros((BM, BN), tl.float32)
