@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-k", type=int, default=None)
     ap.add_argument("--stages", type=int, default=None)
     ap.add_argument("--config", default="kimi-k3")
+    ap.add_argument("--seam-tile", action="store_true", help="the one-pass tiled seam (K1Plan.seam_tile)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench k1: needs a CUDA GPU", file=sys.stderr)
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     dims = K3Dims.from_config(load_text_config(args.config), tp=8)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     tiles = {k: v for k, v in (("block_k", args.block_k), ("num_stages", args.stages)) if v is not None}
+    if args.seam_tile:
+        tiles["seam_tile"] = True
     op, why = _sglang_kda()
     bw = copy_bandwidth_tb_s()
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"

@@ -32,8 +32,9 @@ from sgl_k3_mono.reference.attn_res import ISAS, SeamWeights
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
 
 IMPLS = ("triton", "reference", "flydsl")
-"""flydsl (gfx950, the default there: sgl_k3_mono.kernels.choose) has no K1 device code
-yet and is refused by run_k1; SGL_K3_MONO_GFX950_IMPL=triton runs the Triton K1."""
+"""flydsl: the FlyDSL K1 (k1/flydsl/, gfx950, the default there: sgl_k3_mono.kernels.choose),
+compile-checked only, never executed; run_k1 refuses it off a HIP device.
+SGL_K3_MONO_GFX950_IMPL=triton runs the Triton K1 instead."""
 DEFAULT_DEADLINE_S = float(os.environ.get("SGL_K3_MONO_DEADLINE_S", "10"))
 """How long a wait inside the launch may take before the process is stopped."""
 INTERPRET_GRID = 4
@@ -110,6 +111,9 @@ class K1Plan:
     num_stages: int = 4
     """In-projection pipeline depth."""
     num_warps: int = 4
+    seam_tile: bool = False
+    """Seam with all mixed rows of a chunk loaded at once (one scoring pass instead of one
+    a bank row). Opt-in until timed on the H200 (docs/evidence/k1-sm90.md)."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -181,7 +185,7 @@ class K1Plan:
         return dict(
             H=self.hidden, HL=self.heads, D=self.head_dim, KW=self.conv_width,
             BLOCK_H=min(1024, _next_pow2(self.hidden)), NBP=_next_pow2(self.bank_rows + 1),
-            ROUND_MIX=self.isa == "sm_90",
+            ROUND_MIX=self.isa == "sm_90", SEAM_TILE=self.seam_tile,
             BN=_next_pow2(bn_eff), BN_EFF=bn_eff, BK=self.block_k, NUM_STAGES=self.num_stages,
             NV=self.v_split, BV=self.v_block, VERIFY=self.mode == "verify",
             HAS_LB=self.lower_bound is not None,
@@ -453,16 +457,30 @@ def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scra
     if impl == "reference":
         _run_reference(plan, views, io)
         return
-    if impl == "flydsl":
-        raise NotImplementedError("run_k1: K1 has no FlyDSL device code yet (sgl_k3_mono/k1/flydsl/); "
-                                  "set SGL_K3_MONO_GFX950_IMPL=triton for the Triton K1 on gfx950")
     if scratch is None:
         scratch = K1Scratch.allocate(plan, io.out.device)
     if phase is not None:
         phases = (phase,)
     else:
         phases = (0, 1, 2) if phased else (-1,)
+    if impl == "flydsl":
+        _launch_flydsl(plan, views, io, scratch, phases=phases, layer=layer, deadline_s=deadline_s)
+        return
     _launch_triton(plan, views, io, scratch, phases=phases, layer=layer, deadline_s=deadline_s)
+
+
+def _launch_flydsl(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
+                   deadline_s: float) -> None:
+    """The FlyDSL K1 (k1/flydsl/, gfx950): the same launch_args, the plan's grid."""
+    _need(io.out.is_cuda and torch.version.hip is not None,
+          "run_k1: impl 'flydsl' runs on a HIP (gfx950) device only; the tensors are on "
+          f"{io.out.device} with torch.version.hip={torch.version.hip}")
+    from sgl_k3_mono.k1.flydsl.launch import run_fly
+
+    args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=deadline_s)
+    if phases == (-1,):
+        scratch.record.watch()
+    run_fly(args, meta, phases=phases, grid=plan.grid)
 
 
 def _run_reference(plan: K1Plan, views: K1Views, io: K1IO) -> None:

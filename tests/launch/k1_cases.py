@@ -55,6 +55,10 @@ class Case:
     phased: bool = True
     grid: Optional[int] = None
     head_dim: int = 128
+    impl: str = "triton"
+    """run_k1's device code under test ("flydsl": tests/launch/test_k1_flydsl.py, gfx950)."""
+    seam_tile: bool = False
+    """K1Plan.seam_tile: the seam's one-pass tiled variant."""
 
 
 def _rand_state(case: Case, lw, n_slots: int, g: torch.Generator):
@@ -120,7 +124,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
     views_cpu = K1Views.from_local(lw)
     views = K1Views.from_local(_shard_to(lw, device))
     plan = K1Plan.for_weights(views, case.rows, case.mode, bank_rows=NB, tp=case.tp, rank=case.rank,
-                              isa=case.isa, grid=case.grid)
+                              isa=case.isa, grid=case.grid, seam_tile=case.seam_tile)
     scratch = K1Scratch.allocate(plan, device)
     m = case.rows
     n_slots = m + 3
@@ -153,7 +157,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
             ours_io.ssm_pool.copy_(ssm_dev)
         before_conv, before_ssm = ours_io.conv_pool.clone(), ours_io.ssm_pool.clone()
         before_bank = ours_io.bank.clone()
-        run_k1(plan, views, ours_io, impl="triton", scratch=scratch, phased=case.phased, layer=3)
+        run_k1(plan, views, ours_io, impl=case.impl, scratch=scratch, phased=case.phased, layer=3)
         if device != "cpu":
             torch.cuda.synchronize()
         step_res = _compare(case, plan, lw, ref_io, ours_io, slots, before_conv, before_ssm, before_bank,

@@ -128,6 +128,78 @@ def _phase_seam(pid, nprog, M, nvb, eps,
             tl.store(h_ptr + row * H + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
 
 
+@triton.jit
+def _seam_rows(bank_row_ptr, s_bj, p_row, nvb, h0, H: tl.constexpr, CH: tl.constexpr, NBP: tl.constexpr):
+    """Chunk [h0, h0 + CH) of the rows the seam mixes: bank rows 0..nvb-1, then p (row nvb);
+    [NBP, CH] fp32, zero past nvb and past H."""
+    rj = tl.arange(0, NBP)[:, None]
+    ch = h0 + tl.arange(0, CH)[None, :]
+    m = ch < H
+    vb = tl.load(bank_row_ptr + rj * s_bj + ch, mask=(rj < nvb) & m, other=0.0).to(tl.float32)
+    vp = tl.load(p_row + ch, mask=m, other=0.0).to(tl.float32)
+    return tl.where(rj == nvb, vp, vb)
+
+
+@triton.jit
+def _phase_seam_tiled(pid, nprog, M, nvb, eps,
+                      prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                      wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                      H: tl.constexpr, BLOCK_H: tl.constexpr, NBP: tl.constexpr,
+                      HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr,
+                      ROUND_MIX: tl.constexpr):
+    """_phase_seam with every mixed row of a chunk loaded at once ([NBP, CH] tiles): one pass
+    for all the scores instead of one pass a bank row, so a row's seam is three chains of
+    H / CH dependent loads instead of nvb + 3 (the phase is latency-bound: M programs)."""
+    CH: tl.constexpr = 4096 // NBP
+    offs = tl.arange(0, BLOCK_H)
+    jj = tl.arange(0, NBP)
+    for row in range(pid, M, nprog):
+        if WRITE_BANK:
+            p_row = bank_ptr + row * s_bm + nvb * s_bj
+        elif WRITE_RESID:
+            p_row = resid_ptr + row * s_rm
+        else:
+            p_row = prefix_ptr + row * s_pm
+        if WRITE_BANK or WRITE_RESID:
+            for h0 in range(0, H, BLOCK_H):
+                m = h0 + offs < H
+                p = tl.load(prefix_ptr + row * s_pm + h0 + offs, mask=m, other=0.0).to(tl.float32)
+                if HAS_CONTRIB:
+                    p += tl.load(contrib_ptr + row * s_cm + h0 + offs, mask=m, other=0.0).to(tl.float32)
+                tl.store(p_row + h0 + offs, p.to(tl.bfloat16), mask=m)
+            tl.debug_barrier()  # the passes below read p back with another thread mapping
+        bank_row = bank_ptr + row * s_bm
+        # scores of every row at once, then the softmax (nvb == 0: p alone, alpha = 1)
+        dots = tl.zeros([NBP, CH], dtype=tl.float32)
+        sqs = tl.zeros([NBP, CH], dtype=tl.float32)
+        for h0 in range(0, H, CH):
+            ch = h0 + tl.arange(0, CH)
+            cw = tl.load(wsn_ptr + ch, mask=ch < H, other=0.0).to(tl.float32) * \
+                tl.load(wproj_ptr + ch, mask=ch < H, other=0.0).to(tl.float32)
+            v = _seam_rows(bank_row, s_bj, p_row, nvb, h0, H, CH, NBP)
+            dots += v * cw[None, :]
+            sqs += v * v
+        scores = tl.where(jj <= nvb, tl.sum(dots, axis=1) / tl.sqrt(tl.sum(sqs, axis=1) / H + eps), float("-inf"))
+        e = tl.where(jj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
+        alpha = e / tl.sum(e, axis=0)
+        # mix (bf16 values on sm_90), its sum of squares, then h = bf16(mix * rstd * w)
+        ss = tl.zeros([CH], dtype=tl.float32)
+        for h0 in range(0, H, CH):
+            ch = h0 + tl.arange(0, CH)
+            acc = tl.sum(alpha[:, None] * _seam_rows(bank_row, s_bj, p_row, nvb, h0, H, CH, NBP), axis=0)
+            if ROUND_MIX:
+                acc = acc.to(tl.bfloat16).to(tl.float32)
+            tl.store(mix_ptr + row * H + ch, acc, mask=ch < H)
+            ss += acc * acc
+        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
+        tl.debug_barrier()
+        for h0 in range(0, H, BLOCK_H):
+            m = h0 + offs < H
+            x = tl.load(mix_ptr + row * H + h0 + offs, mask=m, other=0.0)
+            w = tl.load(won_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
+            tl.store(h_ptr + row * H + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
+
+
 # ---- phase 1: the in-projection GEMV -----------------------------------------------------
 
 @triton.jit
@@ -354,7 +426,7 @@ def k1_kernel(
     HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr,
     BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr, NUM_STAGES: tl.constexpr,
     NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
-    PHASE: tl.constexpr, HIP: tl.constexpr = False,
+    PHASE: tl.constexpr, HIP: tl.constexpr = False, SEAM_TILE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -365,10 +437,16 @@ def k1_kernel(
         t0 = now_ns(HIP)
         maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
     if (PHASE == -1) or (PHASE == 0):
-        _phase_seam(pid, nprog, M, nvb, eps,
-                    prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                    wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
-                    H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+        if SEAM_TILE:
+            _phase_seam_tiled(pid, nprog, M, nvb, eps,
+                              prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                              wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                              H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+        else:
+            _phase_seam(pid, nprog, M, nvb, eps,
+                        prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                        wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                        H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
     if PHASE == -1:
         grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 0, HIP)
         maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
