@@ -18,13 +18,22 @@ from sgl_k3_mono.forward.plan import StepBuffers, StepPlan
 from sgl_k3_mono.reference.moe import MoeWeights
 
 
+def device_impl() -> str:
+    """The device code this process's launches run (sgl_k3_mono.kernels decides: FlyDSL on
+    gfx950 unless SGL_K3_MONO_GFX950_IMPL=triton, Triton on sm_90); K2Launch.build asks
+    the same question, so K1 and K2 of one step never disagree."""
+    from sgl_k3_mono.kernels import choose
+
+    return choose("gfx950" if torch.version.hip is not None else "sm_90").impl
+
+
 def k1(plan: StepPlan, bufs: StepBuffers, views: K1Views, io: K1IO, *, layer: int, deadline_s: float) -> None:
     """K1 for one KDA layer (outputs written in place)."""
     if plan.impl == "reference":
         run_k1(plan.k1, views, io, impl="reference")
     else:
-        run_k1(plan.k1, views, io, impl="triton", scratch=bufs.k1_scratch, phased=plan.impl == "triton-phased",
-               layer=layer, deadline_s=deadline_s)
+        run_k1(plan.k1, views, io, impl=device_impl(), scratch=bufs.k1_scratch,
+               phased=plan.impl == "triton-phased", layer=layer, deadline_s=deadline_s)
 
 
 def _unsharded(w: K2RankWeights) -> K2Weights:
