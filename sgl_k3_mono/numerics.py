@@ -28,10 +28,13 @@ BOUNDS: dict[str, float] = {
     # measured <= 0.0156 on the H200
     "k1.conv_state.max_abs": 0.0625,
     # K2: the next layer's residual stream, bf16 [M, 7168]; measured on the H200
-    # (docs/evidence/k2-sm90.md) max_abs <= 0.0625, rel <= 3.0e-3, cosine >= 0.999995
+    # (docs/evidence/k2-sm90.md; TP 1 and 2, small and real TP-8 rank shapes, bf16 and
+    # MXFP4 experts, two kernel generations) max_abs <= 0.0625, rel <= 3.1e-3,
+    # cosine >= 0.9999953. max_abs stays at two bf16 ulps of a residual near 16: one
+    # rounding flip of a large element is not an error
     "k2.hidden.max_abs": 0.125,
-    "k2.hidden.rel": 0.01,
-    "k2.hidden.cosine": 0.9999,
+    "k2.hidden.rel": 0.006,
+    "k2.hidden.cosine": 0.99998,
     # K2: router scores after the bias-free sigmoid, fp32 [M, E]; measured <= 1.0e-3
     # (one bf16 ulp of h2 moves a logit by ~1e-3)
     "k2.router_scores.max_abs": 2e-3,
