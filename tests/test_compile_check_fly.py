@@ -69,6 +69,24 @@ def test_judge_fails_each_finding(edit, expect):
     assert any(expect in p for p in problems), problems
 
 
+def test_judge_fails_mfma_outside_the_projection_phases():
+    v = fly.FlyVariant("t", "k", lambda: None, fly.FRAME, fly.NO_MFMA)
+    problems = fly.judge(v, fly.IsaFacts.parse(_isa(_body()), "k"), "")
+    assert any("matrix-core instruction outside" in p for p in problems), problems
+
+
+def test_every_k2_phase_has_its_variant_and_the_persistent_launch_too():
+    from sgl_k3_mono.k2.triton.kernel import PHASES
+
+    assert {label for label, *_ in fly.K2_SETS} == set(PHASES) | {"persistent"}
+    need = {label: req for label, _, req, _ in fly.K2_SETS}
+    for label in ("o_proj", "front", "experts_up", "experts_down", "latent_up", "persistent"):
+        assert set(fly.PROJECTION) <= set(need[label]), label
+    for label in ("experts_up", "experts_down", "persistent"):
+        assert set(fly.MXFP4) <= set(need[label]), label
+    assert set(fly.ACQUIRE_SYS) <= set(need["persistent"])
+
+
 def test_judge_fails_a_swallowed_llvm_error():
     problems = _judge(_isa(_body()), output="error: <unknown>:0:0: no libcall available for ftanh")
     assert any("no libcall" in p for p in problems)

@@ -163,12 +163,14 @@ def test_k2_flydsl_on_a_cuda_build_is_refused():
         K2Launch.build(_tiny_plan(), "cpu", hip=False, impl="flydsl")
 
 
-def test_k1_flydsl_is_refused_until_written():
-    """run_k1 takes impl "flydsl" (the gfx950 default) and refuses it by name: no K1
-    device code in FlyDSL yet, never a silent Triton run."""
+def test_k1_flydsl_is_wired_and_fails_closed_off_hip():
+    """run_k1 takes impl "flydsl" (the gfx950 default) and launches the FlyDSL K1
+    (k1/flydsl/), never a silent Triton run; off a HIP device it refuses by name
+    (tests/launch/test_k1_flydsl.py runs the refusal)."""
     import inspect
 
     from sgl_k3_mono.k1 import host
 
     assert "flydsl" in host.IMPLS
-    assert "K1 has no FlyDSL device code yet" in inspect.getsource(host.run_k1)
+    assert "_launch_flydsl" in inspect.getsource(host.run_k1)
+    assert "HIP (gfx950) device only" in inspect.getsource(host._launch_flydsl)

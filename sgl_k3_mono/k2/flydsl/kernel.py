@@ -94,7 +94,8 @@ class _Frame:
 
     def wait(self, name, tp, slot, active):
         """Phase `name` waits (where `active`) for every rank's ready tag of `slot`."""
-        wait_peers(active, self.flags, self.sync_p, tp, slot, self.epoch + 1, *self.wait_args(), LAUNCH_ID, PHASES.index(name))
+        wait_peers(active, self.flags, self.sync_p, tp, slot, self.epoch + 1, *self.wait_args(), LAUNCH_ID,
+                   PHASES.index(name))
 
     def start(self, name):
         maybe_stall(fx.Int32(self._word(5)), PHASES.index(name), *self.wait_args(), LAUNCH_ID)
