@@ -35,7 +35,7 @@ MAX_REGS = {"sm_90": 255, "gfx950": 512}  # one program per SM/CU: the whole reg
 # Triton build for gfx950 is the opt-in alternative and does not yet fit a CU's registers.
 ALLOWED_SPILLS: dict[tuple[str, str], str] = {
     ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has all of K2's phases)",
-    ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; K1 has no FlyDSL launch yet)",
+    ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has K1: k1/flydsl/)",
     ("sm_90", "k2-"): "K2 at 8 rows keeps an 8-byte stack frame on sm_90 (255 registers: tensor-core dense "
                       "phases and GEMV experts in one program; the 1-row builds have none). Held to "
                       "SM90_K2_STACK_LIMIT bytes: the 5-14 KB frames of earlier builds cost 10x in the expert phases",

@@ -122,9 +122,18 @@ K2_SETS = (
 
 def variants(full: bool) -> list[FlyVariant]:
     rows = (1, 2, 4, 8) if full else (1, 8)
-    return [FlyVariant(f"fly-k2-{label}-tp8-M{m}", "k2_fly_kernel",
-                       lambda m=m, ph=phases: _k2_fly(m, 8, ph or _all_phases()), FRAME + extra, forbid)
-            for label, phases, extra, forbid in K2_SETS for m in rows]
+    k2 = [FlyVariant(f"fly-k2-{label}-tp8-M{m}", "k2_fly_kernel",
+                     lambda m=m, ph=phases: _k2_fly(m, 8, ph or _all_phases()), FRAME + extra, forbid)
+          for label, phases, extra, forbid in K2_SETS for m in rows]
+    return k2 + _k1_variants(full)
+
+
+def _k1_variants(full: bool) -> list[FlyVariant]:
+    """The FlyDSL K1 (k1/flydsl/variants.py): the persistent launch and each phase alone,
+    decode and verify."""
+    from sgl_k3_mono.k1.flydsl.variants import fly_variants
+
+    return fly_variants(full)
 
 
 def shim_path() -> Optional[str]:

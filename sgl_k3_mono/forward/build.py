@@ -204,12 +204,6 @@ def build(model: Any, hf_config: Any, ctx: Any, *, impl: str = "triton", step: O
     if impl != "reference" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise StepRefused(f"sgl-k3-mono: the model is on {device.type}; the Triton launches run on a GPU "
                           "(or under TRITON_INTERPRET=1)")
-    if impl != "reference" and ctx.isa == "gfx950":
-        from sgl_k3_mono.kernels import choose
-
-        if choose("gfx950").impl == "flydsl":  # K1 has Triton device code only
-            raise StepRefused("sgl-k3-mono: K1 has no FlyDSL device code (the gfx950 default); set "
-                              "SGL_K3_MONO_GFX950_IMPL=triton to run the Triton launches on gfx950")
     plans = plans_for(step_model, tuple(ctx.widths), step, tp=tp, rank=rank, isa=ctx.isa, impl=impl)
     if not plans:
         raise StepRefused(f"sgl-k3-mono: no width in {list(ctx.widths)} holds whole requests of {step.tokens} tokens")

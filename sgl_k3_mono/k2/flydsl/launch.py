@@ -49,7 +49,20 @@ class FlyK2Call:
     def run(self) -> None:
         from sgl_k3_mono.k2.flydsl.kernel import k2_fly_launch
 
-        k2_fly_launch(*self.args, **self.consts)
+        k2_fly_launch(*self.args, **self.consts, **caller_stream(self.args[0]))
+
+
+def caller_stream(t) -> dict:
+    """The caller's current stream for a GPU launch (FlyDSL's default is the null stream,
+    which a CUDA/HIP graph capture does not record); nothing for the CPU placeholders of
+    the compile check. Shared by K1's FlyDSL launch."""
+    import torch
+
+    if not t.is_cuda:
+        return {}
+    import flydsl.expr as fx
+
+    return {"stream": fx.Stream(torch.cuda.current_stream(t.device))}
 
 
 def missing_phases() -> tuple[str, ...]:
