@@ -276,6 +276,10 @@ class K2Launch:
                         "set SGL_K3_MONO_GFX950_IMPL=triton for the Triton K2 on gfx950")
         if impl not in ("triton", "flydsl") or (impl == "flydsl" and not launch.hip):
             raise ValueError(f"K2Launch: impl {impl!r} for a {'HIP' if launch.hip else 'CUDA'} build")
+        if impl == "flydsl":  # refuse at build (startup) what the FlyDSL tiles cannot take
+            from sgl_k3_mono.k2.flydsl.launch import check_plan
+
+            check_plan(plan)
         launch.impl = impl
         return launch
 

@@ -215,3 +215,20 @@ def test_fly_k2_matches_reference(case, phase, monkeypatch):
     monkeypatch.setenv("SGL_K3_MONO_GFX950_IMPL", "flydsl")
     m, nvb, seed = case
     _check(run_case(Case("kimi-k3-tp8-rank", m, "mxfp4", "gfx950", nvb=nvb, seed=seed), "cuda", phase=phase))
+
+
+def test_fly_build_refuses_from_the_plan_at_startup():
+    """A bare K2Launch.build with the FlyDSL device code refuses what its tiles cannot take
+    before any launch (bf16 experts, shapes off its tiles): a startup error, not step 1's."""
+    import dataclasses
+
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+
+    mx = K2Plan(rows=8, isa="gfx950", hidden=7168, attn_width=1536, shared2=768, experts=896, latent=3584,
+                inter=384, inter_up=384, top_k=16, bank_rows=8, eps=1e-5, situ_beta=4.0, situ_linear_beta=25.0,
+                mxfp4=True, grid=256)
+    K2Launch.build(mx, "cpu", hip=True, impl="flydsl")  # K3's own shapes: accepted
+    with pytest.raises(NotImplementedError, match="MXFP4 routed experts only"):
+        K2Launch.build(dataclasses.replace(mx, mxfp4=False), "cpu", hip=True, impl="flydsl")
+    with pytest.raises(ValueError, match="multiple of"):
+        K2Launch.build(dataclasses.replace(mx, hidden=7168 + 512), "cpu", hip=True, impl="flydsl")

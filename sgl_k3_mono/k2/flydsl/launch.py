@@ -71,6 +71,18 @@ def missing_phases() -> tuple[str, ...]:
     return tuple(p for p in TRITON_PHASES if p not in FLY_PHASES)
 
 
+def check_plan(plan) -> None:
+    """What the FlyDSL K2 refuses, decided from the plan alone (K2Launch.build calls it, so
+    a bare build refuses at startup; tensor sizes and strides are checked at the call)."""
+    if not plan.mxfp4:
+        raise NotImplementedError("K2 FlyDSL reads MXFP4 routed experts only (bf16 experts: the Triton K2, "
+                                  "SGL_K3_MONO_GFX950_IMPL=triton)")
+    from sgl_k3_mono.k2.flydsl.geometry import check_shapes
+
+    check_shapes(plan.hidden, plan.attn_width, plan.shared2, plan.experts, plan.latent, plan.inter, plan.rows,
+                 plan.top_k, plan.bank_rows)
+
+
 def _check(a: dict, meta: dict) -> None:
     from sgl_k3_mono.k2.flydsl.geometry import check_shapes
     from sgl_k3_mono.k2.triton.kernel import PHASES as TRITON_PHASES
