@@ -151,9 +151,15 @@ def test_k2_default_on_gfx950_is_the_whole_flydsl_k2(monkeypatch):
     from sgl_k3_mono.k2.flydsl.launch import missing_phases
     from sgl_k3_mono.k2.host import K2Launch
 
+    import dataclasses
+
     monkeypatch.delenv("SGL_K3_MONO_GFX950_IMPL", raising=False)
     assert missing_phases() == ()
-    assert K2Launch.build(_tiny_plan(), "cpu", hip=True).impl == "flydsl"
+    k3 = dataclasses.replace(_tiny_plan(), hidden=7168, attn_width=1536, shared2=768, experts=896, latent=3584,
+                             inter=384, inter_up=384, top_k=16, bank_rows=8, mxfp4=True)
+    assert K2Launch.build(k3, "cpu", hip=True).impl == "flydsl"
+    with pytest.raises(ValueError, match="K2 FlyDSL"):  # the tiny shapes are off its tiles: refused at build
+        K2Launch.build(_tiny_plan(), "cpu", hip=True)
 
 
 def test_k2_flydsl_on_a_cuda_build_is_refused():
