@@ -255,6 +255,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--one", nargs=2, metavar=("NAME", "TARGET"), help=argparse.SUPPRESS)
     ap.add_argument("--impls", default="triton,flydsl", help="device codes to check (triton: sm_90 and gfx950; "
                     "flydsl: gfx950)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="compiler processes at once (default: one a core)")
     a = ap.parse_args(argv)
     if a.one and a.one[0].startswith("fly-"):  # a FlyDSL child (compile_check_fly.py)
         print("RESULT " + json.dumps(dataclasses.asdict(_fly_child(a.one[0]))))
@@ -266,23 +268,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = []
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="sgl-k3-mono-tc-")}
     impls = a.impls.split(",")
-    for name, _ in variants(a.full) if "triton" in impls else ():
-        if not name.startswith(a.only):
-            continue
-        for target in a.targets.split(","):
-            # one process a variant: a compiler abort takes only its own variant down
-            done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", name, target],
-                                  capture_output=True, text=True, env=env, timeout=1200)
-            line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            r = Result(**json.loads(line[7:])) if line else Result(
-                name, target, False, [f"compiler process died (rc {done.returncode}): {done.stderr[-800:]}"])
-            results.append(r)
-            status = "ok  " if r.ok else "FAIL"
-            print(f"{status} {r.target:6s} {r.name:28s} regs={r.regs} spills={r.spills} local={r.local_bytes} "
-                  f"shared={r.shared_bytes} ({r.seconds:.0f} s)" + "".join(f"\n       - {p}" for p in r.problems),
-                  flush=True)
+    jobs = [(name, target) for name, _ in (variants(a.full) if "triton" in impls else ())
+            if name.startswith(a.only) for target in a.targets.split(",")]
+
+    def one(job: tuple[str, str]) -> Result:
+        # one process a variant: a compiler abort takes only its own variant down
+        name, target = job
+        done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", name, target],
+                              capture_output=True, text=True, env=env, timeout=1200)
+        line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+        return Result(**json.loads(line[7:])) if line else Result(
+            name, target, False, [f"compiler process died (rc {done.returncode}): {done.stderr[-800:]}"])
+
+    for r in _in_parallel(one, jobs, a.jobs):
+        results.append(r)
+        _print(r)
     if "flydsl" in impls and "gfx950" in a.targets.split(","):
-        results += _fly_parent(a.full, a.only)
+        results += _fly_parent(a.full, a.only, a.jobs)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
@@ -322,16 +324,13 @@ def _fly_child(name: str) -> Result:
     return res
 
 
-def _fly_parent(full: bool, only: str) -> list[Result]:
+def _fly_parent(full: bool, only: str, jobs: int = 1) -> list[Result]:
     """One child process a FlyDSL variant, with the gfx950 compile-only environment."""
     import re as _re
 
     from sgl_k3_mono import compile_check_fly as fly
 
-    out = []
-    for v in fly.variants(full):
-        if not v.name.startswith(only):
-            continue
+    def one(v) -> Result:
         dump = tempfile.mkdtemp(prefix=f"sgl-k3-mono-fly-{v.name}-")
         done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", v.name, fly.ARCH],
                               capture_output=True, text=True, env=fly.child_env(dump), timeout=1200)
@@ -344,9 +343,22 @@ def _fly_parent(full: bool, only: str) -> list[Result]:
         if errs and line:
             r.problems.append("compiler diagnostics: " + " | ".join(errs)[:600])
             r.ok = False
+        return r
+
+    out = []
+    for r in _in_parallel(one, [v for v in fly.variants(full) if v.name.startswith(only)], jobs):
         out.append(r)
         _print(r)
     return out
+
+
+def _in_parallel(fn, items: list, jobs: int):
+    """fn over items, `jobs` at a time (each fn waits on its own compiler process), yielded
+    in the items' order so the printed table does not depend on timing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        yield from pool.map(fn, items)
 
 
 if __name__ == "__main__":
