@@ -65,6 +65,45 @@ def _row_score(row_ptr, wproj_ptr, wsn_ptr, eps, H: tl.constexpr, BLOCK_H: tl.co
 
 
 @triton.jit
+def _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr):
+    """Where p (the prefix after the pending add) lives from here on: the bank row it is
+    banked into, the caller's residual, or the prefix itself when nothing changes it."""
+    if WRITE_BANK:
+        p_row = bank_ptr + row * s_bm + nvb * s_bj
+    elif WRITE_RESID:
+        p_row = resid_ptr + row * s_rm
+    else:
+        p_row = prefix_ptr + row * s_pm
+    return p_row
+
+
+@triton.jit
+def _seam_store_p(prefix_row, contrib_row, p_row, H: tl.constexpr, BLOCK_H: tl.constexpr,
+                  HAS_CONTRIB: tl.constexpr):
+    """p = bf16(prefix + contribution) into p_row (the bank row or the caller's residual)."""
+    offs = tl.arange(0, BLOCK_H)
+    for h0 in range(0, H, BLOCK_H):
+        m = h0 + offs < H
+        p = tl.load(prefix_row + h0 + offs, mask=m, other=0.0).to(tl.float32)
+        if HAS_CONTRIB:
+            p += tl.load(contrib_row + h0 + offs, mask=m, other=0.0).to(tl.float32)
+        tl.store(p_row + h0 + offs, p.to(tl.bfloat16), mask=m)
+    tl.debug_barrier()  # the passes after this read p back with another thread mapping
+
+
+@triton.jit
+def _seam_store_h(mix_row, won_ptr, h_row, rstd, H: tl.constexpr, BLOCK_H: tl.constexpr):
+    """h = bf16(mix * rstd * w): the input RMSNorm's output."""
+    offs = tl.arange(0, BLOCK_H)
+    for h0 in range(0, H, BLOCK_H):
+        m = h0 + offs < H
+        x = tl.load(mix_row + h0 + offs, mask=m, other=0.0)
+        w = tl.load(won_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
+        tl.store(h_row + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
+
+
+@triton.jit
 def _phase_seam(pid, nprog, M, nvb, eps,
                 prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
                 wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
@@ -74,22 +113,10 @@ def _phase_seam(pid, nprog, M, nvb, eps,
     offs = tl.arange(0, BLOCK_H)
     jj = tl.arange(0, NBP)
     for row in range(pid, M, nprog):
-        # Where p (the prefix after the pending add) lives from here on: the bank row it is
-        # banked into, the caller's residual, or the prefix itself when nothing changes it.
-        if WRITE_BANK:
-            p_row = bank_ptr + row * s_bm + nvb * s_bj
-        elif WRITE_RESID:
-            p_row = resid_ptr + row * s_rm
-        else:
-            p_row = prefix_ptr + row * s_pm
+        p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                            WRITE_BANK, WRITE_RESID)
         if WRITE_BANK or WRITE_RESID:
-            for h0 in range(0, H, BLOCK_H):
-                m = h0 + offs < H
-                p = tl.load(prefix_ptr + row * s_pm + h0 + offs, mask=m, other=0.0).to(tl.float32)
-                if HAS_CONTRIB:
-                    p += tl.load(contrib_ptr + row * s_cm + h0 + offs, mask=m, other=0.0).to(tl.float32)
-                tl.store(p_row + h0 + offs, p.to(tl.bfloat16), mask=m)
-            tl.debug_barrier()  # the passes below read p back with another thread mapping
+            _seam_store_p(prefix_ptr + row * s_pm, contrib_ptr + row * s_cm, p_row, H, BLOCK_H, HAS_CONTRIB)
 
         # scores of the rows bank[0..nvb-1] ++ p, softmax over them (max subtracted first)
         alpha = tl.where(jj == 0, 1.0, 0.0)  # nvb == 0: the mix is p itself
@@ -120,12 +147,7 @@ def _phase_seam(pid, nprog, M, nvb, eps,
             ss += acc * acc
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
         tl.debug_barrier()
-        # h = bf16(mix * rstd * w)
-        for h0 in range(0, H, BLOCK_H):
-            m = h0 + offs < H
-            x = tl.load(mix_ptr + row * H + h0 + offs, mask=m, other=0.0)
-            w = tl.load(won_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
-            tl.store(h_ptr + row * H + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
+        _seam_store_h(mix_ptr + row * H, won_ptr, h_ptr + row * H, rstd, H, BLOCK_H)
 
 
 @triton.jit
@@ -151,23 +173,12 @@ def _phase_seam_tiled(pid, nprog, M, nvb, eps,
     for all the scores instead of one pass a bank row, so a row's seam is three chains of
     H / CH dependent loads instead of nvb + 3 (the phase is latency-bound: M programs)."""
     CH: tl.constexpr = 4096 // NBP
-    offs = tl.arange(0, BLOCK_H)
     jj = tl.arange(0, NBP)
     for row in range(pid, M, nprog):
-        if WRITE_BANK:
-            p_row = bank_ptr + row * s_bm + nvb * s_bj
-        elif WRITE_RESID:
-            p_row = resid_ptr + row * s_rm
-        else:
-            p_row = prefix_ptr + row * s_pm
+        p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                            WRITE_BANK, WRITE_RESID)
         if WRITE_BANK or WRITE_RESID:
-            for h0 in range(0, H, BLOCK_H):
-                m = h0 + offs < H
-                p = tl.load(prefix_ptr + row * s_pm + h0 + offs, mask=m, other=0.0).to(tl.float32)
-                if HAS_CONTRIB:
-                    p += tl.load(contrib_ptr + row * s_cm + h0 + offs, mask=m, other=0.0).to(tl.float32)
-                tl.store(p_row + h0 + offs, p.to(tl.bfloat16), mask=m)
-            tl.debug_barrier()  # the passes below read p back with another thread mapping
+            _seam_store_p(prefix_ptr + row * s_pm, contrib_ptr + row * s_cm, p_row, H, BLOCK_H, HAS_CONTRIB)
         bank_row = bank_ptr + row * s_bm
         # scores of every row at once, then the softmax (nvb == 0: p alone, alpha = 1)
         dots = tl.zeros([NBP, CH], dtype=tl.float32)
@@ -193,11 +204,7 @@ def _phase_seam_tiled(pid, nprog, M, nvb, eps,
             ss += acc * acc
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
         tl.debug_barrier()
-        for h0 in range(0, H, BLOCK_H):
-            m = h0 + offs < H
-            x = tl.load(mix_ptr + row * H + h0 + offs, mask=m, other=0.0)
-            w = tl.load(won_ptr + h0 + offs, mask=m, other=0.0).to(tl.float32)
-            tl.store(h_ptr + row * H + h0 + offs, (x * rstd * w).to(tl.bfloat16), mask=m)
+        _seam_store_h(mix_ptr + row * H, won_ptr, h_ptr + row * H, rstd, H, BLOCK_H)
 
 
 # ---- phase 1: the in-projection GEMV -----------------------------------------------------
