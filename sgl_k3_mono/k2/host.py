@@ -190,36 +190,57 @@ class K2Scratch:
 
 def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0) -> dict:
     """Tile sizes for one launch. Dense phases (o_proj, front, shared down, latent up):
-    tensor cores with rows padded to 16, or GEMV (rows rounded up to a power of two,
-    products as FMAs in the weights' load layout, no detour through shared memory).
-    Expert phases: the same choice, made separately. GEMV product tiles
-    [rows, N tile, K chunk] are sized to about 32 fp32 registers a thread, and the
-    expert down tile narrows as rows grow so its K chunk stays >= 32 MXFP4 bytes.
-    `user_rows` (XU, GEMV experts only): each expert computes only the rows that route
-    it, that many at a time, instead of every row (0: every row)."""
+    tensor cores with rows padded to 16 and [64 outputs, 256 K] weight tiles, or GEMV
+    (rows rounded up to a power of two, products as FMAs in the weights' load layout, no
+    detour through shared memory). Expert phases: the same choice, made separately; on
+    the tensor cores MXFP4 experts read planar inputs (kernel._planar), BKX / BKD then
+    count K elements a step (8 a word). GEMV product tiles [rows, N tile, K chunk] are
+    sized to about 32 fp32 registers a thread, and the expert down tile narrows as rows
+    grow so its K chunk stays >= 32 MXFP4 bytes. `user_rows` (XU, GEMV experts only):
+    each expert computes only the rows that route it, that many at a time, instead of
+    every row (0: every row). launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     pow2_at_most = lambda n: 1 << (max(1, int(n)).bit_length() - 1)  # noqa: E731
     clamp = lambda v, lo, hi: max(lo, min(hi, pow2_at_most(v)))  # noqa: E731
-    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, BN=16, STAGES=3,
-             num_warps=num_warps)
-    t["BK"] = clamp(budget // (rb * 16), 64, 512) if dense_gemv else 512
+    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps)
+    if dense_gemv:
+        t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
+    else:
+        t.update(BN=64, BK=256)
     if expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
         t.update(XU=_next_pow2(user_rows) if user_rows else 0, BI=16, BL=bl,
                  BKX=2 * clamp(budget // (xr * 16), 32, 256), BKD=2 * clamp(budget // (xr * bl), 32, 64))
     else:
-        t.update(BI=32, BL=64, BKX=512, BKD=128)
+        t.update(BI=64, BL=128, BKX=256, BKD=128)
     return t
 
 
 def default_tiles(rows: int) -> dict:
-    """What ran on the H200 (docs/evidence/k2-sm90.md, MXFP4 experts at a TP-8 rank's
-    shapes): GEMV experts at every M, GEMV dense phases up to 2 rows (tensor cores above);
-    8 warps. (Tensor-core experts measured 12 % faster at 8 rows, but that combination
-    was not re-verified on the GPU after the last kernel change: not the default.)"""
-    return k2_tiles(rows, dense_gemv=rows <= 2, expert_gemv=True, num_warps=8)
+    """Per-M choice from the H200 measurements (docs/evidence/k2-sm90.md, MXFP4 experts
+    at a TP-8 rank's shapes): dense phases on the tensor cores at every M; MXFP4 experts
+    as FMAs (GEMV) up to 2 rows, on the tensor cores (planar inputs) above; 8 warps."""
+    return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=8)
+
+
+def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int) -> dict:
+    """Tiles a model's widths can take: the dense output tile BN must divide every
+    segment of the front (shared gate/up, router, latent down) and the hidden width; the
+    expert tiles must divide their widths, and a planar K step (BKX / BKD elements) must
+    fit K (at least 128 elements: the tensor cores take 16 words a step)."""
+    b = dict(b)
+    while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
+        b["BN"] //= 2
+    while b["BI"] > 16 and inter % b["BI"]:
+        b["BI"] //= 2
+    while b["BL"] > 16 and latent % b["BL"]:
+        b["BL"] //= 2
+    if not b["EXPERT_GEMV"]:
+        b["BKX"] = max(128, min(b["BKX"], latent))
+        b["BKD"] = max(128, min(b["BKD"], inter))
+    return b
 
 
 @dataclass
@@ -261,7 +282,7 @@ class K2Launch:
         if hip if hip is not None else torch.version.hip is not None:
             # CDNA: tensor-core (MFMA) tiles throughout; the GEMV choice is measured on sm_90 only
             launch.block = dict(k2_tiles(plan.rows, dense_gemv=False, expert_gemv=False, num_warps=8),
-                                BK=256, BKX=256, STAGES=2)
+                                BK=128, STAGES=2)
             launch.hip = True
         if impl is None:
             from sgl_k3_mono.kernels import choose
@@ -304,7 +325,9 @@ class K2Launch:
         """The kernel's positional arguments and its constexpr/launch options for one layer."""
         from sgl_k3_mono.k2.triton.kernel import PHASES
 
-        pl, s, b = self.plan, self.scratch, self.block
+        pl, s = self.plan, self.scratch
+        b = fit_tiles(self.block, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
+                      inter=pl.inter)
         m = attn_out.shape[0]
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
             raise ValueError(f"K2Launch: rows {m} / bank {tuple(bank.shape)} / nvb {nvb} do not fit {pl}")
@@ -314,6 +337,10 @@ class K2Launch:
         else:
             w13, w2 = ex.w13, ex.w2
             sc13, sc2 = w13, w2  # unused: never dereferenced on the bf16 path
+        if pl.mxfp4 and not b["EXPERT_GEMV"] and any(
+                v % 4 for v in (w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), w13.data_ptr(), w2.data_ptr())):
+            raise ValueError("K2Launch: the tensor-core MXFP4 experts read int32 words: expert weight rows and "
+                             f"bases must be 4-byte aligned (w13 strides {w13.stride()}, w2 strides {w2.stride()})")
         lnorm = moe.latent_norm if moe.latent_norm is not None else \
             torch.ones(pl.latent, dtype=torch.bfloat16, device=out.device)
         stall = -1 if self.stall is None else self.stall.phase_index(self.rank, layer, "k2", PHASES)
