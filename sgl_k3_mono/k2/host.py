@@ -219,10 +219,13 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
 
 
 def default_tiles(rows: int) -> dict:
-    """Per-M choice from the H200 measurements (docs/evidence/k2-sm90.md, MXFP4 experts
-    at a TP-8 rank's shapes): dense phases on the tensor cores at every M; MXFP4 experts
-    as FMAs (GEMV) up to 2 rows, on the tensor cores (planar inputs) above; 8 warps."""
-    return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=8)
+    """Per-M choice from the H200 sweep (docs/evidence/k2-sm90.md, MXFP4 experts at a
+    TP-8 rank's shapes, the whole launch timed): 1 row: GEMV dense phases and experts,
+    8 warps; 2 rows: tensor-core dense phases, GEMV experts, 4 warps; 3 and more: the
+    tensor cores for both (MXFP4 experts over planar inputs), 4 warps."""
+    if rows <= 1:
+        return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
+    return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=4)
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int) -> dict:
