@@ -23,6 +23,11 @@ BOUNDS: dict[str, float] = {
     # same reference. The bound is what was seen plus margin.
     "k1.ssm_state.max_abs": 1e-2,
     "k1.ssm_state.cosine": 0.99999,
+    # The same state after 64 decode steps, ours and the reference's each carried: the
+    # recurrence compounds each step's rounding. Measured on the H200 (2026-11-30, TP-8
+    # shapes M 8): max_abs up to 0.0172 at some step, cosine >= 0.9999996 throughout.
+    "k1.ssm_state_64_steps.max_abs": 0.03,
+    "k1.ssm_state_64_steps.cosine": 0.99999,
     # K1: the conv window holds the in-projection's bf16 outputs: carried rows are
     # bitwise (tested apart); the new row may differ by a bf16 rounding (fp32 sum order),
     # measured <= 0.0156 on the H200

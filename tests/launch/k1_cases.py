@@ -221,10 +221,11 @@ def _compare(case: Case, plan: K1Plan, lw, ref: K1IO, ours: K1IO, slots, before_
                            and torch.equal(ssm[unused], before_ssm.cpu()[unused])):
             problems.append("an unused state slot changed")
         if used:
-            r["ssm_state"] = _metric("k1.ssm_state", ssm[used], ref.ssm_pool[used])
+            name = "k1.ssm_state" if case.steps == 1 else "k1.ssm_state_64_steps"  # carried states drift
+            r["ssm_state"] = _metric(name, ssm[used], ref.ssm_pool[used])
             problems += r["ssm_state"]["violations"]
             r.update(_conv_checks(conv[used], ref.conv_pool[used], before_conv.cpu()[used],
-                                  scratch.proj.cpu()[live, : 3 * p], problems))
+                                  scratch.proj.cpu()[live, : 3 * p], _own_in_proj(lw, scratch, live), problems))
     else:
         vi = ours.verify_index
         vc, vs = ours.verify_conv.cpu(), ours.verify_ssm.cpu()
@@ -238,7 +239,7 @@ def _compare(case: Case, plan: K1Plan, lw, ref: K1IO, ours: K1IO, slots, before_
             committed = before_conv.cpu()[sl[0]]
             prev = torch.stack([vc[vi, t - 1] if t else committed for t in range(m)])
             r.update(_conv_checks(vc[vi, :m], ref.verify_conv[vi, :m], prev, scratch.proj.cpu()[:m, : 3 * p],
-                                  problems))
+                                  _own_in_proj(lw, scratch, list(range(m))), problems))
         else:
             if not bool((out == 0).all()):
                 problems.append("verify on a padded slot: output not zero")
@@ -259,17 +260,32 @@ def _compare(case: Case, plan: K1Plan, lw, ref: K1IO, ours: K1IO, slots, before_
     return r
 
 
+def _own_in_proj(lw, scratch: K1Scratch, rows: list) -> torch.Tensor:
+    """q|k|v of the launch's own seam output h, in float64, rounded to bf16 once: what the
+    in-projection must give for the h it was handed."""
+    p = lw.proj
+    h = scratch.h.cpu()[rows].double()
+    return (h @ lw.qkvg[: 3 * p].cpu().double().t()).bfloat16()
+
+
 def _conv_checks(got: torch.Tensor, ref: torch.Tensor, before: torch.Tensor, x: torch.Tensor,
-                 problems: list) -> dict:
+                 x_own: torch.Tensor, problems: list) -> dict:
     """Conv windows [N, K-1, C]: the carried rows are bitwise the old ones shifted; the new row
-    is bitwise the launch's own in-projection output and that is the reference's within one
-    bf16 ulp (the fp32 GEMV sums in another order than the CPU reference, so a rounding may flip)."""
+    is bitwise the launch's own in-projection output, and that is the float64 projection of
+    the launch's own h (x_own) within one bf16 ulp (the fp32 sum runs in another order, so
+    a rounding may flip). Against the reference the window is held to k1.conv_state: the
+    seam's h may itself differ from the reference's by a bf16 flip, which a projection
+    that cancels to near zero magnifies past any ulp test (seen on the H200 in 64-step
+    runs, docs/evidence/k1-sm90.md)."""
     if not torch.equal(got[:, :-1], before[:, 1:]):
         problems.append("conv window: carried rows are not the old rows shifted")
     if not torch.equal(got[:, -1], x.to(got.dtype)):
         problems.append("conv window: new row is not the in-projection output")
-    if not _bf16_ulp_ok(got[:, -1], ref[:, -1]):
-        problems.append("conv window: new row off the reference by more than one bf16 ulp")
+    if not _bf16_ulp_ok(x.to(got.dtype), x_own):
+        problems.append("conv window: new row off the float64 projection of the launch's own h by more than "
+                        "one bf16 ulp")
+    bound = _metric("k1.conv_state", got, ref)
+    problems += bound["violations"]
     m = measure(got.float(), ref.float())
     m["flips"] = int((got != ref).sum())
     return {"conv_state": m}

@@ -206,7 +206,7 @@ def test_kda_part_vs_sglang_kda_fused_decode(rows):
     (read from our scratch) and the same states, TP 8 per-rank shapes."""
     import torch
 
-    from sgl_k3_mono.numerics import measure
+    from sgl_k3_mono.numerics import measure, violations
 
     try:
         op = __import__("sglang.kernels.ops.attention.kda_fused_decode", fromlist=["_"])
@@ -245,5 +245,9 @@ def test_kda_part_vs_sglang_kda_fused_decode(rows):
     used = idx[live].long()
     ms = measure(io.ssm_pool[used], ssm_run[used])
     print(f"\nK1 vs SGLang kda_fused_decode M={rows}: out {mo}  ssm {ms}")
-    assert mo["cosine"] > 0.9999 and ms["cosine"] > 0.99999 and ms["rel"] < 1e-3
+    # two implementations each within the declared bounds of the reference sit up to twice
+    # that apart; held here to the declared bounds themselves (the H200 run: out max_abs
+    # 0.0156, cosine >= 0.999994; state max_abs <= 0.0052, cosine >= 0.9999986)
+    assert not violations("k1.attn_out", mo), (mo, violations("k1.attn_out", mo))
+    assert not violations("k1.ssm_state", ms), (ms, violations("k1.ssm_state", ms))
     assert torch.equal(io.conv_pool[used], conv_run[used])

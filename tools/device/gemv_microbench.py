@@ -1,0 +1,257 @@
+"""Design microbenchmark for K2's projections on one GPU (persistent grid = one program
+an SM, like K2): the MXFP4 experts' gate/up at a TP-8 rank's shapes (N 768, K 3584;
+16 experts x 1 row, 59 x 4, 117 x 8) and a dense bf16 front (N 5504, K 7168), each
+formulation against an fp32 torch reference. One line a variant:
+`MB <fp4|dense> <variant> ... us=<graph-replay median> GBs=<weight bytes / us>`.
+
+Variants: `cur` = K2's FMA GEMV helpers as they were; `words` = MXFP4 read as int32
+words with x stored planar, FMAs; `tc` = the same words on the tensor cores, one code
+plane a dot (what K2's planar path became); dense `cur` (GEMV), `split` (FMAs with an
+in-thread K split) and `tc` (tl.dot with rows padded to 16).
+
+Run on the GPU from the repository root: `python3 tools/device/gemv_microbench.py`
+(MB_ONLY=<substring> to run only matching variants). The `frac` column divides by half
+the D2D copy rate measured here, which undercounts the read bandwidth (K2's bench
+measures 4.26 TB/s reads): read GBs against 4260 instead.
+Results: docs/evidence/logs/gemv-microbench-2026-11-30.log."""
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.getcwd())
+from sgl_k3_mono.k2.triton.kernel import _gemv_mxfp4, _gemv_bf16  # noqa: E402
+
+
+# ---------------------------------------------------------------- FP4 experts (gate|up)
+@triton.jit
+def fp4_cur(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+            BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr, MX4D: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        y = _gemv_mxfp4(x_ptr, K, rows, rows < R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32),
+                        K // 32, n0, N, K, R, BN, BKH, STAGES, MX4D)
+        tl.store(out_ptr + (e * R + rows[:, None]) * N + n0 + tl.arange(0, BN)[None, :], y)
+
+
+@triton.jit
+def _dec_plane(w, p: tl.constexpr):
+    t = w >> (4 * p)
+    h = (((t & 7) << 9) | ((t & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True)
+    return h.to(tl.float32)
+
+
+@triton.jit
+def fp4_words(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+              BN: tl.constexpr, G: tl.constexpr, STAGES: tl.constexpr):
+    """w as int32 words [N, K/8] (8 codes a word); x planar xp[r, p, j] = x[r, 8j+p];
+    tile [BN, G groups, 4 words] (a group = 32 codes = one scale)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    KW: tl.constexpr = K // 8
+    wp = w_ptr.to(tl.pointer_type(tl.int32))
+    n3 = tl.arange(0, BN)[:, None, None]
+    g3 = tl.arange(0, G)[None, :, None]
+    q3 = tl.arange(0, 4)[None, None, :]
+    r4 = tl.arange(0, R)[:, None, None, None]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        acc = tl.zeros((R, BN, G), tl.float32)
+        for j0 in tl.range(0, KW, 4 * G, num_stages=STAGES):
+            w = tl.load(wp + e * N * KW + (n0 + n3) * KW + j0 + g3 * 4 + q3)
+            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n3) * (K // 32) + j0 // 4 + g3).to(tl.int32)
+            scale = ((sc + 14) << 23).to(tl.float32, bitcast=True)
+            part = tl.zeros((R, BN, G, 4), tl.float32)
+            for p in tl.static_range(8):
+                v = _dec_plane(w, p)
+                xv = tl.load(xp_ptr + r4 * K + p * KW + j0 + g3[None] * 4 + q3[None]).to(tl.float32)
+                part += xv * v[None]
+            acc += tl.sum(part, axis=3) * tl.reshape(scale, (BN, G))[None]
+        y = tl.sum(acc, axis=2)
+        rr = tl.arange(0, R)[:, None]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], y)
+
+
+@triton.jit
+def fp4_tc(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+           BN: tl.constexpr, BW: tl.constexpr, STAGES: tl.constexpr):
+    """Tensor cores over planes: acc[16, BN] += xp_p[16, BW] @ dec(w >> 4p)[BN, BW]^T, bf16."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    KW: tl.constexpr = K // 8
+    wp = w_ptr.to(tl.pointer_type(tl.int32))
+    n2 = tl.arange(0, BN)[:, None]
+    j2 = tl.arange(0, BW)[None, :]
+    r2 = tl.arange(0, 16)[:, None]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        acc = tl.zeros((16, BN), tl.float32)
+        for j0 in tl.range(0, KW, BW, num_stages=STAGES):
+            w = tl.load(wp + e * N * KW + (n0 + n2) * KW + j0 + j2)
+            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + (j0 + j2) // 4).to(tl.int32)
+            scale = ((sc + 14) << 23).to(tl.float32, bitcast=True)
+            for p in tl.static_range(8):
+                v = (_dec_plane(w, p) * scale).to(tl.bfloat16)
+                xv = tl.load(xp_ptr + r2 * K + p * KW + j0 + j2, mask=r2 < R, other=0.0)
+                acc = tl.dot(xv, tl.trans(v), acc)
+        rr = tl.arange(0, 16)[:, None]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
+# ---------------------------------------------------------------- dense bf16
+@triton.jit
+def bf16_cur(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+             BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    rows = tl.arange(0, R)
+    for t in range(pid, N // BN, nprog):
+        y = _gemv_bf16(x_ptr, K, rows, rows < R, w_ptr, K, t * BN, N, K, R, BN, BK, STAGES)
+        tl.store(out_ptr + rows[:, None] * N + t * BN + tl.arange(0, BN)[None, :], y)
+
+
+@triton.jit
+def bf16_tc(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+            BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    rm = tl.arange(0, 16)
+    for t in range(pid, N // BN, nprog):
+        rn = t * BN + tl.arange(0, BN)
+        acc = tl.zeros((16, BN), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            rk = k0 + tl.arange(0, BK)
+            x = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=rm[:, None] < R, other=0.0)
+            w = tl.load(w_ptr + rn[:, None] * K + rk[None, :])
+            acc = tl.dot(x, tl.trans(w), acc)
+        tl.store(out_ptr + rm[:, None] * N + t * BN + tl.arange(0, BN)[None, :], acc, mask=rm[:, None] < R)
+
+
+@triton.jit
+def bf16_split(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """CUDA cores, [R, BN, BK/4... ]: part [R, BN, 8] reduced in-thread each step (K split in
+    chunks of 8 contiguous bf16 = one 16 B vector a thread)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    G: tl.constexpr = BK // 8
+    n3 = tl.arange(0, BN)[:, None, None]
+    g3 = tl.arange(0, G)[None, :, None]
+    q3 = tl.arange(0, 8)[None, None, :]
+    r4 = tl.arange(0, R)[:, None, None, None]
+    for t in range(pid, N // BN, nprog):
+        acc = tl.zeros((R, BN, G), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            w = tl.load(w_ptr + (t * BN + n3) * K + k0 + g3 * 8 + q3).to(tl.float32)
+            xv = tl.load(x_ptr + r4 * K + k0 + g3[None] * 8 + q3[None]).to(tl.float32)
+            acc += tl.sum(xv * w[None], axis=3)
+        y = tl.sum(acc, axis=2)
+        rr = tl.arange(0, R)[:, None]
+        tl.store(out_ptr + rr * N + t * BN + tl.arange(0, BN)[None, :], y)
+
+
+def main():
+    from sgl_k3_mono.timing import graph_time_us
+
+    dev = "cuda"
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    big = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
+    cp_us = graph_time_us(lambda: big[: 1 << 30].copy_(big[1 << 30:]), iters=10)
+    bw = 2 * (1 << 30) / cp_us / 1e3  # GB/s read+write
+    print(f"MB copy {bw:.0f} GB/s (read+write)")
+    del big
+    only = os.environ.get("MB_ONLY", "")
+    # -- FP4 up phase at a TP-8 rank: N = 2*384, K = 3584
+    N, K = 768, 3584
+    for n_e, R in ((16, 1), (117, 8), (59, 4)):
+        g = torch.Generator(device=dev).manual_seed(n_e)
+        w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
+        s = torch.randint(118, 128, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
+        x = torch.randn(R, K, device=dev, generator=g).bfloat16()
+        xp = x.view(R, K // 8, 8).permute(0, 2, 1).contiguous()  # [R, 8, K/8]
+        xp16 = torch.zeros(16, 8, K // 8, dtype=torch.bfloat16, device=dev)
+        xp16[:R] = xp
+        # reference
+        lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], device=dev)
+        wf = torch.stack([lut[(w & 15).long()], lut[(w >> 4).long()]], -1).reshape(n_e, N, K)
+        wf = wf * torch.exp2(s.float() - 127).repeat_interleave(32, -1)
+        ref = torch.einsum("rk,enk->ern", x.float(), wf)
+        del wf
+        nbytes = w.numel() + s.numel()
+        out = torch.empty(n_e, R, N, device=dev)
+
+        def go(name, fn, **meta):
+            if only and only not in name:
+                return
+            try:
+                out.fill_(float("nan"))
+                f = lambda: fn[(nsm,)](**meta)  # noqa: E731
+                f()
+                torch.cuda.synchronize()
+                err = (out - ref).abs().max().item() / ref.abs().max().item()
+                us = graph_time_us(f, iters=20, reps=5)
+                print(f"MB fp4 {name} E={n_e} R={R} us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} "
+                      f"frac={nbytes / us / 1e3 / (bw / 2):.2f} relerr={err:.1e}", flush=True)
+            except Exception as ex:
+                print(f"MB fp4 {name} E={n_e} R={R} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+
+        outR = out
+        for mx4d in (0, 1):
+            for bkh, bn in (((256 if R == 1 else 64), 16), (128, 32)):
+                go(f"cur mx4d={mx4d} BN={bn} BKH={bkh} nw8", fp4_cur, x_ptr=x, w_ptr=w, s_ptr=s,
+                   out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, BKH=bkh, STAGES=3, MX4D=mx4d, num_warps=8)
+        for bn, gg, st, nw in ((16, 8, 3, 8), (32, 8, 1, 8), (32, 8, 3, 8), (32, 8, 2, 16), (64, 8, 2, 16),
+                               (32, 16, 3, 16)):
+            go(f"words BN={bn} G={gg} st={st} nw={nw}", fp4_words, xp_ptr=xp, w_ptr=w, s_ptr=s,
+               out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, G=gg, STAGES=st, num_warps=nw)
+        for bn, bw_, st, nw in ((32, 32, 3, 4), (64, 32, 3, 4), (64, 64, 3, 8), (128, 32, 3, 8), (64, 32, 4, 8)):
+            go(f"tc BN={bn} BW={bw_} st={st} nw={nw}", fp4_tc, xp_ptr=xp16, w_ptr=w, s_ptr=s,
+               out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, BW=bw_, STAGES=st, num_warps=nw)
+    # -- dense: the front [S2+E+L = 1536+384+3584 -> 5504, H 7168]
+    N, K = 5504, 7168
+    for R in (1, 2, 8):
+        g = torch.Generator(device=dev).manual_seed(R)
+        w = torch.randn(N, K, device=dev, generator=g).bfloat16()
+        x = torch.randn(R, K, device=dev, generator=g).bfloat16()
+        ref = x.float() @ w.float().T
+        out = torch.empty(max(R, 16), N, device=dev)
+        nbytes = w.numel() * 2
+
+        def god(name, fn, **meta):
+            if only and only not in name:
+                return
+            try:
+                out.fill_(float("nan"))
+                f = lambda: fn[(nsm,)](**meta)  # noqa: E731
+                f()
+                torch.cuda.synchronize()
+                err = (out[:R] - ref).abs().max().item() / ref.abs().max().item()
+                us = graph_time_us(f, iters=20, reps=5)
+                print(f"MB dense {name} R={R} us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} "
+                      f"frac={nbytes / us / 1e3 / (bw / 2):.2f} relerr={err:.1e}", flush=True)
+            except Exception as ex:
+                print(f"MB dense {name} R={R} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+
+        for bn, bk, st, nw in ((16, 512, 3, 8), (16, 256, 4, 8), (32, 512, 3, 16)):
+            if R * bn * bk // (32 * nw) <= 64:
+                god(f"cur BN={bn} BK={bk} st={st} nw={nw}", bf16_cur, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N,
+                    K=K, BN=bn, BK=bk, STAGES=st, num_warps=nw)
+        for bn, bk, st, nw in ((16, 512, 3, 8), (32, 256, 4, 8), (64, 256, 3, 8), (32, 512, 3, 16)):
+            god(f"split BN={bn} BK={bk} st={st} nw={nw}", bf16_split, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N,
+                K=K, BN=bn, BK=bk, STAGES=st, num_warps=nw)
+        for bn, bk, st, nw in ((32, 256, 3, 4), (64, 128, 4, 4), (64, 256, 3, 4), (128, 128, 3, 8)):
+            god(f"tc BN={bn} BK={bk} st={st} nw={nw}", bf16_tc, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N, K=K,
+                BN=bn, BK=bk, STAGES=st, num_warps=nw)
+
+
+if __name__ == "__main__":
+    main()
+
