@@ -26,14 +26,15 @@ CPU_CASES = [
     Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=3, prefix=False, seed=3),
     Case("k3-tiny", 4, "bf16", "sm_90", nvb=2, tp=2, seed=4),
     Case("k3-tiny", 8, "mxfp4", "gfx950", nvb=1, tp=4, seed=5),
-    # the tensor-core tiles (the gfx950 Triton build's, and sm_90's alternative)
+    # tensor-core tiles where the sm_90 default would not take them (from 3 rows it does;
+    # the gfx950 Triton build always does)
     Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=6, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
     Case("k3-tiny", 6, "bf16", "gfx950", nvb=2, seed=7, tiles="EXPERT_GEMV=0,DENSE_GEMV=0"),
-    Case("k3-tiny", 7, "mxfp4", "sm_90", nvb=1, seed=8, tiles="MX4D=0"),  # the 3-D MXFP4 GEMV tiles
-    # each expert only over the rows that route it, 1 or 2 at a time
-    Case("k3-tiny", 8, "mxfp4", "sm_90", nvb=2, seed=9, tiles="XU=1"),
-    Case("k3-tiny", 6, "bf16", "sm_90", nvb=1, seed=10, tiles="XU=2,MX4D=0"),
-    Case("k3-tiny", 5, "mxfp4", "gfx950", nvb=1, tp=2, seed=11, tiles="XU=2"),
+    Case("k3-tiny", 7, "mxfp4", "sm_90", nvb=1, seed=8, tiles="EXPERT_GEMV=1,MX4D=0"),  # the 3-D MXFP4 GEMV tiles
+    # GEMV experts (the default at M <= 2 only) over the rows that route them, 1 or 2 at a time
+    Case("k3-tiny", 8, "mxfp4", "sm_90", nvb=2, seed=9, tiles="EXPERT_GEMV=1,XU=1"),
+    Case("k3-tiny", 6, "bf16", "sm_90", nvb=1, seed=10, tiles="EXPERT_GEMV=1,XU=2,MX4D=0"),
+    Case("k3-tiny", 5, "mxfp4", "gfx950", nvb=1, tp=2, seed=11, tiles="EXPERT_GEMV=1,XU=2"),
 ]
 
 
