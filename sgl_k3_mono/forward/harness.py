@@ -22,7 +22,7 @@ from sgl_k3_mono.forward.layers import LayerRun, StepModel
 from sgl_k3_mono.k1.host import K1Views
 from sgl_k3_mono.k1.weights import K1Weights
 from sgl_k3_mono.reference.attn_res import SeamWeights, ffn_seam
-from sgl_k3_mono.reference.mla import MLAWeights, latent_row
+from sgl_k3_mono.reference.mla import MLAWeights, absorbed_query, gated_output, latent_row
 from sgl_k3_mono.reference.ops import bf16
 from sgl_k3_mono.reference.step import DenseLayer, LayerWeights, ModelWeights, _dense_ffn
 
@@ -196,17 +196,10 @@ class HarnessHooks:
 def mla_masked(w: MLAWeights, h: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """`reference.mla.mla_decode` over a fixed-length cache with a validity mask
     (rows [M, T, C] fp32; valid [M, T]): the same math, batched."""
-    q_lat_in, _ = latent_row(w, h)
+    q_lat, q_pe, w_vc = absorbed_query(w, h)
     m, hl = h.shape[0], w.heads
-    q = bf16(q_lat_in @ w.q_b.float().t()).reshape(m, hl, w.nope + w.rope)
-    q_nope, q_pe = q.split([w.nope, w.rope], -1)
-    kvb = w.kv_b.float().reshape(hl, w.nope + w.v, w.kv_lora)
-    w_kc, w_vc = kvb[:, : w.nope], kvb[:, w.nope :]
-    q_lat = torch.einsum("mhn,hnl->mhl", q_nope, w_kc)
     kv, k_pe = rows[..., : w.kv_lora], rows[..., w.kv_lora :]
     s = (torch.einsum("mhl,mtl->mht", q_lat, kv) + torch.einsum("mhr,mtr->mht", q_pe, k_pe)) * (w.nope + w.rope) ** -0.5
     s = s.masked_fill(~valid[:, None, :], float("-inf"))
     lat = torch.einsum("mht,mtl->mhl", torch.softmax(s, -1), kv)
-    x = bf16(torch.einsum("mhl,hvl->mhv", lat, w_vc).reshape(m, hl * w.v))
-    gate = bf16(h.float() @ w.g.float().t())
-    return bf16(x * bf16(torch.sigmoid(gate)))
+    return gated_output(w, h, torch.einsum("mhl,hvl->mhv", lat, w_vc).reshape(m, hl * w.v))

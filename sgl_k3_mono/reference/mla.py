@@ -81,19 +81,32 @@ def latent_row(w: MLAWeights, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     return q, torch.cat([kv, k_pe], -1)
 
 
-def mla_decode(w: MLAWeights, h: torch.Tensor, caches: list[torch.Tensor]) -> torch.Tensor:
-    """TP-local gated MLA output [M, heads * v] (fp32 holding bf16).
-
-    `w` is one rank's shard; `caches[i]` is row i's latent cache [S_i, kv_lora + rope]
-    that already holds this step's token (see `latent_row`).
-    """
+def absorbed_query(w: MLAWeights, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q in latent space [M, heads, kv_lora], q_pe [M, heads, rope], the value up
+    projection [heads, v, kv_lora]) for normed input h: the absorbed form of MLA decode."""
     q_lat_in, _ = latent_row(w, h)
     m, hl = h.shape[0], w.heads
     q = bf16(q_lat_in @ w.q_b.float().t()).reshape(m, hl, w.nope + w.rope)
     q_nope, q_pe = q.split([w.nope, w.rope], -1)
     kvb = w.kv_b.float().reshape(hl, w.nope + w.v, w.kv_lora)
     w_kc, w_vc = kvb[:, : w.nope], kvb[:, w.nope :]
-    q_lat = torch.einsum("mhn,hnl->mhl", q_nope, w_kc)
+    return torch.einsum("mhn,hnl->mhl", q_nope, w_kc), q_pe, w_vc
+
+
+def gated_output(w: MLAWeights, h: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """bf16(x) times the bf16 sigmoid gate of h: the output of one rank's MLA [M, heads * v]."""
+    gate = bf16(h.float() @ w.g.float().t())
+    return bf16(bf16(x) * bf16(torch.sigmoid(gate)))
+
+
+def mla_decode(w: MLAWeights, h: torch.Tensor, caches: list[torch.Tensor]) -> torch.Tensor:
+    """TP-local gated MLA output [M, heads * v] (fp32 holding bf16).
+
+    `w` is one rank's shard; `caches[i]` is row i's latent cache [S_i, kv_lora + rope]
+    that already holds this step's token (see `latent_row`).
+    """
+    q_lat, q_pe, w_vc = absorbed_query(w, h)
+    m, hl = h.shape[0], w.heads
     scale = (w.nope + w.rope) ** -0.5
     outs = []
     for i in range(m):
@@ -102,6 +115,4 @@ def mla_decode(w: MLAWeights, h: torch.Tensor, caches: list[torch.Tensor]) -> to
         s = (q_lat[i] @ kv.t() + q_pe[i] @ k_pe.t()) * scale  # [hl, S]
         lat = torch.softmax(s, -1) @ kv  # [hl, kv_lora]
         outs.append(torch.einsum("hl,hvl->hv", lat, w_vc))
-    x = bf16(torch.stack(outs).reshape(m, hl * w.v))
-    gate = bf16(h.float() @ w.g.float().t())
-    return bf16(x * bf16(torch.sigmoid(gate)))
+    return gated_output(w, h, torch.stack(outs).reshape(m, hl * w.v))

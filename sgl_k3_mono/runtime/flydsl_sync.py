@@ -152,3 +152,48 @@ def wait_peers(active, flags, i32_ptr, tp, slot, tag, t0, deadline_ns, rec, rank
             theirs = fx.inttoptr(i32_ptr.type, fx.Int64(fx.ptr_load(fx.get_iter(flags) + q)))
             wait_eq(theirs + slot, tag, t0, deadline_ns, rec, rank, layer, launch_id, phase, SYSTEM)
     fx.gpu.barrier()
+
+
+FRAME_WORDS = 8
+"""Int64 words of a wave's frame in LDS (six used, padded to 8)."""
+
+
+class PhaseFrame:
+    """The persistent frame around a launch's phases (plain Python at trace time: it
+    decides from the barrier plan which barriers and stall points to emit).
+
+    The values only the waits and the stall switch read (start time, deadline, error
+    record, rank, layer, stall phase) live in LDS, one copy a wave written and read by
+    that wave: held in scalar registers they would be live across every phase, and the
+    persistent launch runs out of SGPRs (spills). The waits are off the hot path.
+    `words`: LDS for WAVES * FRAME_WORDS int64; `plan[name]["barrier"]`: whether phase
+    `name` ends in a grid barrier."""
+
+    def __init__(self, plan, sync_p, words, deadline_ns, err_addr, rank, layer, stall, *, launch_id, phases):
+        self.plan, self.sync_p, self.launch_id, self.phases = plan, sync_p, launch_id, phases
+        self.barriers = 0  # grid barrier i waits for (i + 1) arrivals a workgroup
+        self.at = words.ptr + (fx.thread_idx.x // 64) * FRAME_WORDS
+        for i, v in enumerate((now_ns(), deadline_ns, err_addr, rank, layer, stall)):
+            fx.generic_store(self.at + i, fx.Int64(v))
+
+    def _word(self, i):
+        return fx.Int64(fx.ptr_load(self.at + i))
+
+    @property
+    def rank(self):
+        return fx.Int32(self._word(3))
+
+    def wait_args(self):
+        """(t0, deadline, record, rank, layer) for a wait."""
+        rec = fx.inttoptr(self.sync_p.type, self._word(2))
+        return self._word(0), self._word(1), rec, self.rank, fx.Int32(self._word(4))
+
+    def start(self, name):
+        maybe_stall(fx.Int32(self._word(5)), self.phases.index(name), *self.wait_args(), self.launch_id)
+
+    def end(self, name):
+        """After phase `name`: the grid barrier where the plan has one."""
+        if self.plan[name]["barrier"]:
+            grid_barrier(self.sync_p, self.barriers, fx.grid_dim.x, *self.wait_args(), self.launch_id,
+                         self.phases.index(name))
+            self.barriers += 1

@@ -115,12 +115,17 @@ def test_k1_64_decode_steps_stay_within_bounds(impl):
 def test_cuda_graph_1000_replays_bitwise(mode):
     """Captured once, replayed 1000 times from the same inputs and states: bitwise the same
     every time (the barrier counters and last-arriver counters reset themselves)."""
+    graph_replays_bitwise(mode, "triton")
+
+
+def graph_replays_bitwise(mode: str, impl: str) -> None:
+    """The graph test's body for either device code (test_k1_flydsl runs it with "flydsl")."""
     import torch
 
     from sgl_k3_mono.k1.host import run_k1
 
     keep: dict = {}
-    case = Case(f"graph {mode}", **REAL, rows=8, mode=mode, nvb=5, seed=70, phased=False)
+    case = Case(f"graph {mode}", **REAL, rows=8, mode=mode, nvb=5, seed=70, phased=False, impl=impl)
     run_case(case, "cuda", scratch_keep=keep)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
     pools = (io.conv_pool.clone(), io.ssm_pool.clone())
@@ -140,13 +145,13 @@ def test_cuda_graph_1000_replays_bitwise(mode):
 
     restore()
     poison()
-    run_k1(plan, views, io, scratch=scratch)  # compiled and run eagerly before the capture
+    run_k1(plan, views, io, impl=impl, scratch=scratch)  # compiled and run eagerly before the capture
     torch.cuda.synchronize()
     first = [t.clone() for t in outs]
     g = torch.cuda.CUDAGraph()
     restore()
     with torch.cuda.graph(g):
-        run_k1(plan, views, io, scratch=scratch)
+        run_k1(plan, views, io, impl=impl, scratch=scratch)
     for i in range(1000):
         restore()
         poison()

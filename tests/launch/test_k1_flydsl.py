@@ -482,38 +482,7 @@ def test_kda_walk_replayed_is_the_reference(mode, rows, grid):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", ["decode", "verify"])
 def test_fly_graph_1000_replays_bitwise(mode):
-    """test_k1's graph test on the FlyDSL launch: captured once (on the caller's stream),
-    replayed 1000 times from the same inputs and states, bitwise the same every time; the
-    barrier and last-arriver counters reset themselves."""
-    from sgl_k3_mono.k1.host import run_k1
-    from test_k1 import REAL
+    """test_k1's graph test on the FlyDSL launch (captured on the caller's stream)."""
+    from test_k1 import graph_replays_bitwise
 
-    keep: dict = {}
-    case = Case(f"graph {mode}", **REAL, rows=8, mode=mode, nvb=5, seed=70, phased=False, impl="flydsl")
-    run_case(case, "cuda", scratch_keep=keep)
-    plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
-    pools = (io.conv_pool.clone(), io.ssm_pool.clone())
-    outs = [io.out] + ([io.conv_pool, io.ssm_pool] if mode == "decode" else [io.verify_conv, io.verify_ssm])
-
-    def restore():
-        io.conv_pool.copy_(pools[0])
-        io.ssm_pool.copy_(pools[1])
-
-    restore()
-    run_k1(plan, views, io, impl="flydsl", scratch=scratch)
-    torch.cuda.synchronize()
-    first = [t.clone() for t in outs]
-    g = torch.cuda.CUDAGraph()
-    restore()
-    with torch.cuda.graph(g):
-        run_k1(plan, views, io, impl="flydsl", scratch=scratch)
-    for i in range(1000):
-        restore()
-        io.out.fill_(float("nan"))
-        g.replay()
-        if i % 50 == 49 or i < 3:
-            torch.cuda.synchronize()
-            for a, b in zip(outs, first):
-                assert torch.equal(a, b), f"replay {i} differs from the eager run"
-    torch.cuda.synchronize()
-    assert int(scratch.counters.abs().sum()) == 0 and int(scratch.sync[:2].abs().sum()) == 0
+    graph_replays_bitwise(mode, "flydsl")

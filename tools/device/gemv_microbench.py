@@ -158,6 +158,26 @@ def bf16_split(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.co
         tl.store(out_ptr + rr * N + t * BN + tl.arange(0, BN)[None, :], y)
 
 
+def _measure(label: str, fn, out, got, ref, nbytes: int, nsm: int, bw: float, **meta) -> None:
+    """Poison `out`, run `fn` once on the persistent grid, check `got()` against `ref`, then
+    time graph replays and print one `MB` line (a compile or launch failure is printed)."""
+    from sgl_k3_mono.timing import graph_time_us
+
+    if os.environ.get("MB_ONLY", "") not in label:
+        return
+    try:
+        out.fill_(float("nan"))
+        f = lambda: fn[(nsm,)](out_ptr=out, **meta)  # noqa: E731
+        f()
+        torch.cuda.synchronize()
+        err = (got() - ref).abs().max().item() / ref.abs().max().item()
+        us = graph_time_us(f, iters=20, reps=5)
+        print(f"MB {label} us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} frac={nbytes / us / 1e3 / (bw / 2):.2f} "
+              f"relerr={err:.1e}", flush=True)
+    except Exception as ex:
+        print(f"MB {label} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+
+
 def main():
     from sgl_k3_mono.timing import graph_time_us
 
@@ -168,7 +188,6 @@ def main():
     bw = 2 * (1 << 30) / cp_us / 1e3  # GB/s read+write
     print(f"MB copy {bw:.0f} GB/s (read+write)")
     del big
-    only = os.environ.get("MB_ONLY", "")
     # -- FP4 up phase at a TP-8 rank: N = 2*384, K = 3584
     N, K = 768, 3584
     for n_e, R in ((16, 1), (117, 8), (59, 4)):
@@ -189,32 +208,19 @@ def main():
         out = torch.empty(n_e, R, N, device=dev)
 
         def go(name, fn, **meta):
-            if only and only not in name:
-                return
-            try:
-                out.fill_(float("nan"))
-                f = lambda: fn[(nsm,)](**meta)  # noqa: E731
-                f()
-                torch.cuda.synchronize()
-                err = (out - ref).abs().max().item() / ref.abs().max().item()
-                us = graph_time_us(f, iters=20, reps=5)
-                print(f"MB fp4 {name} E={n_e} R={R} us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} "
-                      f"frac={nbytes / us / 1e3 / (bw / 2):.2f} relerr={err:.1e}", flush=True)
-            except Exception as ex:
-                print(f"MB fp4 {name} E={n_e} R={R} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+            _measure(f"fp4 {name} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
 
-        outR = out
         for mx4d in (0, 1):
             for bkh, bn in (((256 if R == 1 else 64), 16), (128, 32)):
                 go(f"cur mx4d={mx4d} BN={bn} BKH={bkh} nw8", fp4_cur, x_ptr=x, w_ptr=w, s_ptr=s,
-                   out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, BKH=bkh, STAGES=3, MX4D=mx4d, num_warps=8)
+                   n_e=n_e, R=R, N=N, K=K, BN=bn, BKH=bkh, STAGES=3, MX4D=mx4d, num_warps=8)
         for bn, gg, st, nw in ((16, 8, 3, 8), (32, 8, 1, 8), (32, 8, 3, 8), (32, 8, 2, 16), (64, 8, 2, 16),
                                (32, 16, 3, 16)):
             go(f"words BN={bn} G={gg} st={st} nw={nw}", fp4_words, xp_ptr=xp, w_ptr=w, s_ptr=s,
-               out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, G=gg, STAGES=st, num_warps=nw)
+               n_e=n_e, R=R, N=N, K=K, BN=bn, G=gg, STAGES=st, num_warps=nw)
         for bn, bw_, st, nw in ((32, 32, 3, 4), (64, 32, 3, 4), (64, 64, 3, 8), (128, 32, 3, 8), (64, 32, 4, 8)):
             go(f"tc BN={bn} BW={bw_} st={st} nw={nw}", fp4_tc, xp_ptr=xp16, w_ptr=w, s_ptr=s,
-               out_ptr=outR, n_e=n_e, R=R, N=N, K=K, BN=bn, BW=bw_, STAGES=st, num_warps=nw)
+               n_e=n_e, R=R, N=N, K=K, BN=bn, BW=bw_, STAGES=st, num_warps=nw)
     # -- dense: the front [S2+E+L = 1536+384+3584 -> 5504, H 7168]
     N, K = 5504, 7168
     for R in (1, 2, 8):
@@ -226,29 +232,17 @@ def main():
         nbytes = w.numel() * 2
 
         def god(name, fn, **meta):
-            if only and only not in name:
-                return
-            try:
-                out.fill_(float("nan"))
-                f = lambda: fn[(nsm,)](**meta)  # noqa: E731
-                f()
-                torch.cuda.synchronize()
-                err = (out[:R] - ref).abs().max().item() / ref.abs().max().item()
-                us = graph_time_us(f, iters=20, reps=5)
-                print(f"MB dense {name} R={R} us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} "
-                      f"frac={nbytes / us / 1e3 / (bw / 2):.2f} relerr={err:.1e}", flush=True)
-            except Exception as ex:
-                print(f"MB dense {name} R={R} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+            _measure(f"dense {name} R={R}", fn, out, lambda: out[:R], ref, nbytes, nsm, bw, **meta)
 
         for bn, bk, st, nw in ((16, 512, 3, 8), (16, 256, 4, 8), (32, 512, 3, 16)):
             if R * bn * bk // (32 * nw) <= 64:
-                god(f"cur BN={bn} BK={bk} st={st} nw={nw}", bf16_cur, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N,
+                god(f"cur BN={bn} BK={bk} st={st} nw={nw}", bf16_cur, x_ptr=x, w_ptr=w, R=R, N=N,
                     K=K, BN=bn, BK=bk, STAGES=st, num_warps=nw)
         for bn, bk, st, nw in ((16, 512, 3, 8), (32, 256, 4, 8), (64, 256, 3, 8), (32, 512, 3, 16)):
-            god(f"split BN={bn} BK={bk} st={st} nw={nw}", bf16_split, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N,
+            god(f"split BN={bn} BK={bk} st={st} nw={nw}", bf16_split, x_ptr=x, w_ptr=w, R=R, N=N,
                 K=K, BN=bn, BK=bk, STAGES=st, num_warps=nw)
         for bn, bk, st, nw in ((32, 256, 3, 4), (64, 128, 4, 4), (64, 256, 3, 4), (128, 128, 3, 8)):
-            god(f"tc BN={bn} BK={bk} st={st} nw={nw}", bf16_tc, x_ptr=x, w_ptr=w, out_ptr=out, R=R, N=N, K=K,
+            god(f"tc BN={bn} BK={bk} st={st} nw={nw}", bf16_tc, x_ptr=x, w_ptr=w, R=R, N=N, K=K,
                 BN=bn, BK=bk, STAGES=st, num_warps=nw)
 
 

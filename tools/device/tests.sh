@@ -1,16 +1,14 @@
 #!/bin/bash
-# GPU tests owed a run; ~8 min on nvidia-h200-x2. Logs under $OUT.
+# The GPU tests, one group a device call (each fits the 600 s a call may run):
+#   bash tools/device/tests.sh k2       # nvidia-h200-x2: K2 at TP 1 (~180 s) and TP 2 (~75 s)
+#   bash tools/device/tests.sh k1       # nvidia-h200: every K1 GPU test (~330 s)
+#   bash tools/device/tests.sh forward  # nvidia-h200: the step harness (~170 s)
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  2>&1 | tail -2
-export PYTHONPATH=/tmp/site:$PWD
-mkdir -p "$OUT"
-date -u; nvidia-smi --query-gpu=name --format=csv,noheader
-run() {  # name, timeout, pytest args...
-  local name=$1 t=$2; shift 2
-  ( timeout "$t" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "$@" 2>&1 ) > "$OUT/$name.log"
-  echo "== $name (rc $?)"; grep -E "K1GPU|K2GPU|STEPCMP|passed|failed|FAILED|Error|rank [01]: exit" "$OUT/$name.log" | tail -25
-}
-run k2-tp2 150 tests/launch/test_k2_tp.py
-run forward-tiny 150 "tests/forward/test_forward_gpu.py::test_steps_match_the_reference_step[tiny-bf16-M3]"
-run k1-gpu 240 tests/launch/test_k1.py -k "not interpret"
+source tools/device/env.sh
+case "${1:-}" in
+  k2) t k2-gpu 240 tests/launch/test_k2.py -k gpu
+      t k2-tp2 150 tests/launch/test_k2_tp.py ;;
+  k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
+  forward) t forward-gpu 300 tests/forward/test_forward_gpu.py ;;
+  *) echo "usage: tests.sh k2|k1|forward" >&2; exit 2 ;;
+esac

@@ -42,7 +42,6 @@ RED_FLOATS = WAVES * THREADS
 """The MFMA tile's wave partials."""
 AUX_FLOATS = 32 * WAVES
 """block_sums' per-wave slots (k2/flydsl/block.py's layout)."""
-FRAME_WORDS = 8
 PTR_WORDS = 9
 """The KDA phase's pointer table in LDS (kda.PtrTable), per wave."""
 OOB = 0x7FFFFFF0

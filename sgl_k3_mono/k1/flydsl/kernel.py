@@ -13,43 +13,17 @@ import flydsl.compiler as flyc
 import flydsl.expr as fx
 from flydsl.expr import range_constexpr
 
-from sgl_k3_mono.k1.flydsl.geometry import (AUX_FLOATS, BIT, FRAME_WORDS, LAUNCH_ID, LDS_DECAY, MFMA_ROWS, OOB, PHASES,
+from sgl_k3_mono.k1.flydsl.geometry import (AUX_FLOATS, BIT, LAUNCH_ID, LDS_DECAY, MFMA_ROWS, OOB, PHASES,
                               PTR_WORDS, RED_FLOATS, THREADS, WAVES, barrier_plan, first_tile, proj_segments)
 from sgl_k3_mono.k1.flydsl.kda import kda_phase
 from sgl_k3_mono.k1.flydsl.seam import seam_phase
 from sgl_k3_mono.k2.flydsl.geometry import out_col, out_row
 from sgl_k3_mono.k2.flydsl.tile import bf16_rows, load16, tile_sum
-from sgl_k3_mono.runtime.flydsl_sync import _device, depart, grid_barrier, maybe_stall, now_ns
+from sgl_k3_mono.runtime.flydsl_sync import FRAME_WORDS, PhaseFrame, _device, depart
 
 
 def _rsrc(t):
     return fx.rocdl.get_buffer_rsrc(fx.get_iter(fx.rocdl.make_buffer_tensor(t)))
-
-
-class _Frame:
-    """The frame's values live in LDS, one copy a wave (K2's finding: held in SGPRs
-    across every phase they run the persistent launch out of scalar registers)."""
-
-    def __init__(self, plan, sync_p, words, deadline_ns, err_addr, rank, layer, stall):
-        self.plan, self.sync_p, self.barriers = plan, sync_p, 0
-        self.at = words.ptr + (fx.thread_idx.x // 64) * FRAME_WORDS
-        for i, v in enumerate((now_ns(), deadline_ns, err_addr, rank, layer, stall)):
-            fx.generic_store(self.at + i, fx.Int64(v))
-
-    def _word(self, i):
-        return fx.Int64(fx.ptr_load(self.at + i))
-
-    def wait_args(self):
-        rec = fx.inttoptr(self.sync_p.type, self._word(2))
-        return self._word(0), self._word(1), rec, fx.Int32(self._word(3)), fx.Int32(self._word(4))
-
-    def start(self, name):
-        maybe_stall(fx.Int32(self._word(5)), PHASES.index(name), *self.wait_args(), LAUNCH_ID)
-
-    def end(self, name):
-        if self.plan[name]["barrier"]:
-            grid_barrier(self.sync_p, self.barriers, fx.grid_dim.x, *self.wait_args(), LAUNCH_ID, PHASES.index(name))
-            self.barriers += 1
 
 
 def _p_home(write_bank, bank, resid, nvb, s_bj, s_bm, s_rm):
@@ -113,7 +87,8 @@ def k1_fly_kernel(prefix: fx.Tensor, contrib: fx.Tensor, bank: fx.Tensor, resid:
     flag = lds.allocate(fx.Array[fx.Int32, 4, 16]).peek()
     words = lds.allocate(fx.Array[fx.Int64, WAVES * FRAME_WORDS, 16]).peek()
     ptr_words = lds.allocate(fx.Array[fx.Int64, WAVES * PTR_WORDS, 16]).peek()
-    fr = _Frame(barrier_plan(PHASE_MASK), sync_p, words, deadline_ns, err_addr, rank, layer, stall)
+    fr = PhaseFrame(barrier_plan(PHASE_MASK), sync_p, words, deadline_ns, err_addr, rank, layer, stall,
+                    launch_id=LAUNCH_ID, phases=PHASES)
 
     if PHASE_MASK & BIT["seam"]:
         fr.start("seam")

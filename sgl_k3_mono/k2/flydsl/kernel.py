@@ -34,7 +34,7 @@ from sgl_k3_mono.k2.flydsl.geometry import (AUX_FLOATS, BIT, BN, LDS_FLOATS, LDS
 from sgl_k3_mono.k2.flydsl.route import distinct, route_phase
 from sgl_k3_mono.k2.flydsl.seam import seam_phase
 from sgl_k3_mono.k2.flydsl.tile import bf16_rows, load16, tile_sum
-from sgl_k3_mono.runtime.flydsl_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, publish, wait_peers
+from sgl_k3_mono.runtime.flydsl_sync import EPOCH, FRAME_WORDS, PhaseFrame, depart, publish, wait_peers
 
 LAUNCH_ID = 1  # runtime.failure.LAUNCHES.index("k2")
 OWNER_NONE = 0x7FFFFFFF
@@ -45,66 +45,23 @@ def _rsrc(t):
     return fx.rocdl.get_buffer_rsrc(fx.get_iter(fx.rocdl.make_buffer_tensor(t)))
 
 
-FRAME_WORDS = 8
-"""Per wave in LDS: start time, deadline, error-record address, rank, layer, stall phase."""
-
-
-class _Frame:
-    """The persistent frame around the phases (plain Python at trace time: it decides
-    from the barrier plan which barriers, tags and stall points to emit).
-
-    The values only the waits and the stall switch read (start time, deadline, error
-    record, rank, layer, stall phase) live in LDS, one copy a wave written and read by
-    that wave: held in scalar registers they would be live across every phase, and the
-    persistent launch runs out of SGPRs (spills). The waits are off the hot path."""
+class _Frame(PhaseFrame):
+    """K2's frame: the shared one (runtime/flydsl_sync.PhaseFrame) plus the TP > 1 ready
+    tags: after a phase the plan marks `publish`, this rank's tag of the parity slot."""
 
     def __init__(self, plan, sync_p, flags, epoch, words, deadline_ns, err_addr, rank, layer, stall):
-        self.plan, self.sync_p, self.flags, self.epoch = plan, sync_p, flags, epoch
-        self.barriers = 0  # grid barrier i waits for (i + 1) arrivals a workgroup
-        self.at = words.ptr + (fx.thread_idx.x // 64) * FRAME_WORDS
-        for i, v in enumerate((now_ns(), deadline_ns, err_addr, rank, layer, stall)):
-            fx.generic_store(self.at + i, fx.Int64(v))
-
-    def _word(self, i):
-        return fx.Int64(fx.ptr_load(self.at + i))
-
-    @property
-    def t0(self):
-        return self._word(0)
-
-    @property
-    def deadline_ns(self):
-        return self._word(1)
-
-    @property
-    def rec(self):
-        return fx.inttoptr(self.sync_p.type, self._word(2))
-
-    @property
-    def rank(self):
-        return fx.Int32(self._word(3))
-
-    @property
-    def layer(self):
-        return fx.Int32(self._word(4))
-
-    def wait_args(self):
-        """(t0, deadline, record, rank, layer) for a wait."""
-        return self.t0, self.deadline_ns, self.rec, self.rank, self.layer
+        super().__init__(plan, sync_p, words, deadline_ns, err_addr, rank, layer, stall, launch_id=LAUNCH_ID,
+                         phases=PHASES)
+        self.flags, self.epoch = flags, epoch
 
     def wait(self, name, tp, slot, active):
         """Phase `name` waits (where `active`) for every rank's ready tag of `slot`."""
         wait_peers(active, self.flags, self.sync_p, tp, slot, self.epoch + 1, *self.wait_args(), LAUNCH_ID,
                    PHASES.index(name))
 
-    def start(self, name):
-        maybe_stall(fx.Int32(self._word(5)), PHASES.index(name), *self.wait_args(), LAUNCH_ID)
-
     def end(self, name):
         """After phase `name`: the grid barrier, then the ready tag, as the plan says."""
-        if self.plan[name]["barrier"]:
-            grid_barrier(self.sync_p, self.barriers, fx.grid_dim.x, *self.wait_args(), LAUNCH_ID, PHASES.index(name))
-            self.barriers += 1
+        super().end(name)
         if self.plan[name]["publish"]:
             slot = self.epoch % 2 if name == "o_proj" else 2 + self.epoch % 2
             publish(self.flags, self.sync_p, self.rank, slot, self.epoch + 1)

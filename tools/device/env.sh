@@ -1,0 +1,16 @@
+# Sourced by tools/device/{tests,bench}.sh on the device machine (repository root, carry
+# [".whl"]): SGLang's kit on the path (its kernels are the baselines and references), $OUT
+# ready, and `t NAME TIMEOUT PYTEST-ARGS...` to run pytest into $OUT/NAME.log and print the
+# lines that carry a verdict. Regenerate .whl with ../shared/device/make-sglang-kit.sh.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  2>&1 | tail -2
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p "$OUT"
+date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git log is stale: record the commit here)
+t() {
+  local name=$1 to=$2; shift 2
+  ( timeout "$to" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "$@" 2>&1 ) > "$OUT/$name.log"
+  echo "== $name (rc $?)"
+  grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [01]: exit|assert" "$OUT/$name.log" \
+    | cut -c1-600 | tail -14
+}
