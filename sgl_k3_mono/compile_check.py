@@ -36,9 +36,10 @@ MAX_REGS = {"sm_90": 255, "gfx950": 512}  # one program per SM/CU: the whole reg
 ALLOWED_SPILLS: dict[tuple[str, str], str] = {
     ("gfx950", "k2-"): "Triton K2 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has all of K2's phases)",
     ("gfx950", "k1-"): "Triton K1 on gfx950 spills VGPRs (finding; FlyDSL, the gfx950 default, has K1: k1/flydsl/)",
-    ("sm_90", "k2-"): "K2 at 8 rows keeps an 8-byte stack frame on sm_90 (255 registers: tensor-core dense "
-                      "phases and GEMV experts in one program; the 1-row builds have none). Held to "
-                      "SM90_K2_STACK_LIMIT bytes: the 5-14 KB frames of earlier builds cost 10x in the expert phases",
+    ("sm_90", "k2-"): "K2 from 2 rows (4 warps, 255 registers) keeps a 16-byte stack frame on sm_90; the 1-row "
+                      "builds have none, and the 4-warp builds measured faster than the 8-warp ones that had none. "
+                      "Held to SM90_K2_STACK_LIMIT bytes: the 5-14 KB frames of earlier builds cost 10x in the "
+                      "expert phases",
 }
 SM90_K2_STACK_LIMIT = 64
 """Bytes of local memory an sm_90 K2 build may keep (docs/evidence/k2-sm90.md)."""
@@ -87,50 +88,74 @@ def _stub_driver(target: str):
 
 # ---- the variants ------------------------------------------------------------------------
 
-def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1):
-    """K2 at a real TP-8 rank's shapes, with empty CPU tensors (never touched)."""
+_MAP_NORESERVE = 0x4000  # Linux; Python's mmap module does not export it
+
+
+def _placeholder(shape, dtype):
+    """A contiguous CPU tensor of `shape` on untouched anonymous memory mapped without a
+    swap reservation: the compilers read only its dtype, shape, strides and alignment, and
+    a TP-1 rank's bf16 experts (39 GB) do not pass the overcommit check as a plain
+    allocation. Never unmapped: the compile check runs each variant in its own process."""
+    import ctypes
+    import math
+    import mmap
+
     import torch
 
-    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+    nbytes = max(1, math.prod(shape)) * torch.empty(0, dtype=dtype).element_size()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    addr = libc.mmap(None, nbytes, mmap.PROT_READ | mmap.PROT_WRITE,
+                     mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE, -1, 0)
+    if addr in (None, ctypes.c_void_p(-1).value):
+        raise OSError(ctypes.get_errno(), f"placeholder of {nbytes} bytes: mmap failed")
+    raw = (ctypes.c_uint8 * nbytes).from_address(addr)
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)[: math.prod(shape)].view(tuple(shape))
+
+
+def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1, shapes_tp: int = 8):
+    """K2 at a real TP-`shapes_tp` rank's shapes with its reduce over `tp` ranks (tp 1 with
+    TP-8 shapes: the one-GPU tests' launch), on CPU placeholders (never touched)."""
+    import torch
+
+    from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
     from sgl_k3_mono.k2.reference import K2RankWeights
-    from sgl_k3_mono.k2.synthetic import tp8_rank_dims
+    from sgl_k3_mono.k2.synthetic import rank_dims
     from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
     from sgl_k3_mono.reference.moe import MoeParams, MoeRankWeights
 
-    d = tp8_rank_dims()
+    d = rank_dims(shapes_tp)
     H, E, L, I, S = d.hidden, d.experts, d.latent, d.expert_inter, d.expert_inter * d.shared_experts
-    bf = dict(dtype=torch.bfloat16)
-    u8 = dict(dtype=torch.uint8)
+    A = d.kda_heads * d.kda_head_dim
+    bf, u8, ph = torch.bfloat16, torch.uint8, _placeholder
     if fmt == "bf16":
-        ex = DenseExperts(torch.empty(E, 2 * I, L, **bf), torch.empty(E, L, I, **bf))
+        ex = DenseExperts(ph((E, 2 * I, L), bf), ph((E, L, I), bf))
     else:
-        ex = Mxfp4Experts(torch.empty(E, 2 * I, L // 2, **u8), torch.empty(E, 2 * I, L // 32, **u8),
-                          torch.empty(E, L, I // 2, **u8), torch.empty(E, L, I // 32, **u8), I)
-    moe = MoeRankWeights(rank=0, tp=1, shared_gate_up=torch.empty(2 * S, H, **bf), router=torch.empty(E, H, **bf),
-                         latent_down=torch.empty(L, H, **bf), shared_down=torch.empty(H, S, **bf),
-                         router_bias=torch.empty(E), latent_norm=torch.empty(L, **bf),
-                         latent_up=torch.empty(H, L, **bf), experts=ex, params=MoeParams.from_dims(d))
-    w = K2RankWeights(torch.empty(H, 1536, **bf), torch.empty(1, H, **bf), torch.empty(H, **bf),
-                      torch.empty(H, **bf), moe)
-    from sgl_k3_mono.k2.host import K2Peers
-
+        ex = Mxfp4Experts(ph((E, 2 * I, L // 2), u8), ph((E, 2 * I, L // 32), u8), ph((E, L, I // 2), u8),
+                          ph((E, L, I // 32), u8), I)
+    moe = MoeRankWeights(rank=0, tp=1, shared_gate_up=ph((2 * S, H), bf), router=ph((E, H), bf),
+                         latent_down=ph((L, H), bf), shared_down=ph((H, S), bf), router_bias=ph((E,), torch.float32),
+                         latent_norm=ph((L,), bf), latent_up=ph((H, L), bf), experts=ex, params=MoeParams.from_dims(d))
+    w = K2RankWeights(ph((H, A), bf), ph((1, H), bf), ph((H,), bf), ph((H,), bf), moe)
     plan = K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=132, tp=tp)
     peers = K2Peers.emulated(plan, "cpu")[0] if tp > 1 else None
     # the argument pack is the same for every device code (one host side): build it as Triton's
     launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers, impl="triton")
-    args, meta = launch.launch_args(w, torch.empty(rows, 1536, **bf), torch.empty(rows, 8, H, **bf), 4,
-                                    torch.empty(rows, H, **bf), torch.empty(rows, H, **bf))
+    args, meta = launch.launch_args(w, ph((rows, A), bf), ph((rows, 8, H), bf), 4, ph((rows, H), bf),
+                                    torch.empty(rows, H, dtype=bf))
     from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
     return k2_kernel, args, meta
 
 
-def _k1_variant(mode: str, rows: int, target: str):
-    """K1 at a real TP-8 rank's shapes (12 heads x 128, H 7168)."""
+def _k1_variant(mode: str, rows: int, target: str, tp: int = 8, isa: str = "sm_90", **kind):
+    """K1 at a real TP-`tp` rank's shapes (96 / tp heads x 128, H 7168); `isa`: the seam
+    rounding; `kind`: the layer kind (placeholders' write / contribution)."""
     from sgl_k3_mono.k1.placeholders import tp8_placeholder_launch
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
 
-    *_, args, meta = tp8_placeholder_launch(mode, rows, hip=target == "gfx950")
+    *_, args, meta = tp8_placeholder_launch(mode, rows, hip=target == "gfx950", tp=tp, isa=isa, **kind)
     return k1_kernel, args, meta
 
 
@@ -226,6 +251,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="sgl-k3-mono compile-check")
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--full", action="store_true", help="widths 1, 2, 4 and 8 (default: 1, 2 and 8 for Triton, 1 and 8 for FlyDSL)")
+    ap.add_argument("--every", action="store_true",
+                    help="every shipped variant (each width, TP size, mode, expert format; compile_every.py), "
+                         "each distinct kernel once: what CI runs")
     ap.add_argument("--only", default="", help="variant name prefix")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--one", nargs=2, metavar=("NAME", "TARGET"), help=argparse.SUPPRESS)
@@ -237,15 +265,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     if a.one and a.one[0].startswith("fly-"):  # a FlyDSL child (compile_check_fly.py)
         print("RESULT " + json.dumps(dataclasses.asdict(_fly_child(a.one[0]))))
         return 0
-    table = dict(variants(full=True))
     if a.one:  # the child: compile one variant in this process, print its result
+        from sgl_k3_mono.compile_every import triton_members
+
+        table = {**dict(variants(full=True)), **{m.name: m.build for m in triton_members(a.one[1])}}
         print("RESULT " + json.dumps(dataclasses.asdict(check_one(a.one[0], table[a.one[0]], a.one[1]))))
         return 0
     results = []
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="sgl-k3-mono-tc-")}
     impls = a.impls.split(",")
-    jobs = [(name, target) for name, _ in (variants(a.full) if "triton" in impls else ())
-            if name.startswith(a.only) for target in a.targets.split(",")]
+    covers: dict = {}  # (name, target) -> the shipped members the compiled kernel stands for
+    if "triton" not in impls:
+        jobs = []
+    elif a.every:
+        from sgl_k3_mono.compile_every import group, triton_key, triton_members
+
+        jobs = []
+        for target in a.targets.split(","):
+            for rep_, names in group(triton_members(target), lambda m, t=target: triton_key(t, m.build(t))):
+                if rep_.name.startswith(a.only):
+                    jobs.append((rep_.name, target))
+                    covers[(rep_.name, target)] = names
+    else:
+        jobs = [(name, target) for name, _ in variants(a.full)
+                if name.startswith(a.only) for target in a.targets.split(",")]
 
     def one(job: tuple[str, str]) -> Result:
         # one process a variant: a compiler abort takes only its own variant down
@@ -258,9 +301,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     for r in _in_parallel(one, jobs, a.jobs):
         results.append(r)
-        _print(r)
+        _print(r, covers.get((r.name, r.target), ()))
     if "flydsl" in impls and "gfx950" in a.targets.split(","):
-        results += _fly_parent(a.full, a.only, a.jobs)
+        results += _fly_parent(a.full, a.only, a.jobs, every=a.every)
     if a.json:
         with open(a.json, "w") as f:
             json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
@@ -271,12 +314,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 # ---- FlyDSL (gfx950) ------------------------------------------------------------------
 
-def _print(r: Result) -> None:
+def _print(r: Result, covers=()) -> None:
     status = "ok  " if r.ok else "FAIL"
     label = r.target + ("/fly" if r.impl == "flydsl" else "")
+    also = [n for n in covers if n != r.name]
     print(f"{status} {label:10s} {r.name:28s} regs={r.regs} spills={r.spills} local={r.local_bytes} "
-          f"shared={r.shared_bytes} ({r.seconds:.0f} s)" + "".join(f"\n       - {p}" for p in r.problems),
-          flush=True)
+          f"shared={r.shared_bytes} ({r.seconds:.0f} s)" + "".join(f"\n       - {p}" for p in r.problems)
+          + (f"\n       = also {', '.join(also)} (the same kernel)" if also else ""), flush=True)
 
 
 def _fly_child(name: str) -> Result:
@@ -287,7 +331,12 @@ def _fly_child(name: str) -> Result:
     t0 = time.time()
     res = Result(name=name, target=fly.ARCH, ok=False, problems=[], impl="flydsl")
     try:
-        facts, problems = fly.compile_and_judge(name, os.environ.get("FLYDSL_DUMP_DIR", ""), fly.variants(True))
+        table = fly.variants(True)
+        if name.startswith("fly-every-"):
+            from sgl_k3_mono.compile_every import fly_members
+
+            table = [v for v, _ in fly_members()[0]]
+        facts, problems = fly.compile_and_judge(name, os.environ.get("FLYDSL_DUMP_DIR", ""), table)
     except Exception as e:  # a traced-kernel error is a failed check, with its words
         facts, problems = None, [f"compile failed: {type(e).__name__}: {str(e)[:1500]}"]
     res.seconds = time.time() - t0
@@ -300,8 +349,9 @@ def _fly_child(name: str) -> Result:
     return res
 
 
-def _fly_parent(full: bool, only: str, jobs: int = 1) -> list[Result]:
-    """One child process a FlyDSL variant, with the gfx950 compile-only environment."""
+def _fly_parent(full: bool, only: str, jobs: int = 1, every: bool = False) -> list[Result]:
+    """One child process a FlyDSL variant, with the gfx950 compile-only environment
+    (`every`: each distinct kernel of compile_every's shipped set, refusals printed)."""
     import re as _re
 
     from sgl_k3_mono import compile_check_fly as fly
@@ -321,10 +371,21 @@ def _fly_parent(full: bool, only: str, jobs: int = 1) -> list[Result]:
             r.ok = False
         return r
 
+    covers: dict = {}
+    if every:
+        from sgl_k3_mono.compile_every import fly_groups
+
+        groups, refused = fly_groups()
+        for line in refused:
+            print(f"refused {line}", flush=True)
+        items = [v for v, _ in groups if v.name.startswith(only)]
+        covers = {v.name: names for v, names in groups}
+    else:
+        items = [v for v in fly.variants(full) if v.name.startswith(only)]
     out = []
-    for r in _in_parallel(one, [v for v in fly.variants(full) if v.name.startswith(only)], jobs):
+    for r in _in_parallel(one, items, jobs):
         out.append(r)
-        _print(r)
+        _print(r, covers.get(r.name, ()))
     return out
 
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: bool = False, grid: int = 132,
                            write: bool = False, contribution: bool = False, pad_slot=None, slots: int = 64,
-                           slot_dtype=None):
-    """(plan, views, io, scratch, args, meta). `isa`: the seam rounding; `hip`: the HIP tiles."""
+                           slot_dtype=None, tp: int = 8):
+    """(plan, views, io, scratch, args, meta) of one rank of TP `tp` (default 8). `isa`: the
+    seam rounding; `hip`: the HIP tiles."""
     import torch
 
     from sgl_k3_mono.configs import load_config
@@ -16,7 +17,7 @@ def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: boo
     from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, hip_tiles, launch_args
     from sgl_k3_mono.reference.attn_res import SeamWeights
 
-    d = K3Dims.from_config(load_config("kimi-k3"), tp=8)
+    d = K3Dims.from_config(load_config("kimi-k3"), tp=tp)
     H, h, D, K = d.hidden, d.kda_heads_local, d.kda_head_dim, d.conv_width
     P = h * D
     bf = dict(dtype=torch.bfloat16)

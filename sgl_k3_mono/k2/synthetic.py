@@ -51,12 +51,19 @@ def random_k2_weights(d: K3Dims, *, fmt: str, device, seed: int = 0, attn_width:
                      mlp_res_norm=norm(H), post_attention_layernorm=norm(H), moe=moe)
 
 
-def tp8_rank_dims() -> K3Dims:
-    """One TP-8 rank of Kimi-K3 as a TP-1 model: o_proj input 1536 (12 heads x 128),
-    expert intermediate 384, shared 768; router, latent and up are replicated anyway."""
+def rank_dims(tp: int = 8) -> K3Dims:
+    """One TP-`tp` rank of Kimi-K3 as a TP-1 model: KDA and MLA heads and the expert and
+    shared intermediates split `tp` ways (at TP 8: o_proj input 1536 = 12 heads x 128,
+    expert intermediate 384, shared 768); router, latent and up are replicated anyway."""
     import dataclasses
 
     from sgl_k3_mono.configs import load_config
 
-    return dataclasses.replace(K3Dims.from_config(load_config("kimi-k3"), tp=1), kda_heads=12, mla_heads=12,
-                               expert_inter=384, shared_experts=2)
+    full = K3Dims.from_config(load_config("kimi-k3"), tp=1)
+    return dataclasses.replace(full, kda_heads=full.kda_heads // tp, mla_heads=full.mla_heads // tp,
+                               expert_inter=full.expert_inter // tp)
+
+
+def tp8_rank_dims() -> K3Dims:
+    """rank_dims(8): the shapes the one-GPU tests and benchmarks run."""
+    return rank_dims(8)

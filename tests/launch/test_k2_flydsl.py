@@ -232,3 +232,6 @@ def test_fly_build_refuses_from_the_plan_at_startup():
         K2Launch.build(dataclasses.replace(mx, mxfp4=False), "cpu", hip=True, impl="flydsl")
     with pytest.raises(ValueError, match="multiple of"):
         K2Launch.build(dataclasses.replace(mx, hidden=7168 + 512), "cpu", hip=True, impl="flydsl")
+    tp4 = dataclasses.replace(mx, attn_width=3072, shared2=1536, inter=768, inter_up=768)  # a TP-4 rank
+    with pytest.raises(ValueError, match="exceed a buffer descriptor"):
+        K2Launch.build(tp4, "cpu", hip=True, impl="flydsl")

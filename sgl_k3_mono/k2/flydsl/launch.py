@@ -81,6 +81,14 @@ def check_plan(plan) -> None:
 
     check_shapes(plan.hidden, plan.attn_width, plan.shared2, plan.experts, plan.latent, plan.inter, plan.rows,
                  plan.top_k, plan.bank_rows)
+    # the experts are read through buffer descriptors (32-bit offsets): one rank's MXFP4
+    # w13 / w2 must stay under 2 GiB, which Kimi-K3 meets at TP 8 only (w13 1.23 GB)
+    w13 = plan.experts * 2 * plan.inter_up * plan.latent // 2
+    w2 = plan.experts * plan.latent * plan.inter // 2
+    big = [f"{n} {b / 2**30:.2f} GiB" for n, b in (("w13", w13), ("w2", w2)) if b >= BUFFER_BYTES]
+    if big:
+        raise ValueError(f"K2 FlyDSL: this rank's routed experts ({', '.join(big)}) exceed a buffer descriptor's "
+                         "2 GiB of offsets (Kimi-K3 fits at TP 8); SGL_K3_MONO_GFX950_IMPL=triton serves this TP")
 
 
 def _check(a: dict, meta: dict) -> None:

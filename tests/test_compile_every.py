@@ -1,0 +1,46 @@
+"""The shipped-variant set CI compiles (sgl_k3_mono/compile_every.py): every width, TP
+size the spec accepts on the ISA, mode and expert format is a member, and members are
+grouped only where their compile keys agree. Enumeration only: nothing compiles here."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from sgl_k3_mono import compile_every as ce
+from sgl_k3_mono.isa import PROFILES, WIDTHS
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_every_width_tp_mode_and_format_is_a_member(target):
+    names = {m.name for m in ce.triton_members(target)}
+    for tp in PROFILES[target].tp_sizes:
+        for m in WIDTHS:
+            assert {f"k2-{fmt}-tp{tp}-M{m}" for fmt in ce.FORMATS} <= names
+            assert {f"k1-{mode}-add-tp{tp}-M{m}" for mode in ce.MODES} <= names
+    assert {f"k1-{mode}-{kind}-tp8-M8" for mode in ce.MODES for kind in ce.KINDS} <= names
+
+
+def test_groups_follow_the_tile_classes():
+    """sm_90 K2 compiles three kernels a TP and format (1 row, 2 rows, 3 and more:
+    host.default_tiles); no group mixes TP sizes, formats or K1 modes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        groups = ce.group(ce.triton_members("sm_90"), lambda m: ce.triton_key("sm_90", m.build("sm_90")))
+    by_rep = {rep.name: names for rep, names in groups}
+    assert by_rep["k2-mxfp4-tp8-M1"] == ["k2-mxfp4-tp8-M1"]
+    assert by_rep["k2-mxfp4-tp8-M2"] == ["k2-mxfp4-tp8-M2"]
+    assert by_rep["k2-mxfp4-tp8-M3"] == [f"k2-mxfp4-tp8-M{m}" for m in range(3, 9)]
+    for names in by_rep.values():
+        assert len({n.rsplit("-M", 1)[0] for n in names}) == 1, names  # one launch, kind, TP and format
+
+
+def test_flydsl_refusals_are_listed_not_compiled():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        groups, refused = ce.fly_groups()
+    names = [n for _, ns in groups for n in ns]
+    assert not any("bf16" in n for n in names)
+    assert any("bf16" in r and "MXFP4 routed experts only" in r for r in refused)
+    assert {f"fly-every-k2-mxfp4-tp8-M{m}" for m in WIDTHS} <= set(names)
