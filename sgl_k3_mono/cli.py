@@ -12,7 +12,8 @@ COMMANDS = {
     "make-checkpoint": ("sgl_k3_mono.checkpoint", "write a random-weight Kimi-K3-shaped HF checkpoint"),
     "bench": ("sgl_k3_mono.bench", "time a launch against a standard-path composition and the byte floor (GPU)"),
     "compile-check": ("sgl_k3_mono.compile_check",
-                      "compile every Triton launch variant for sm_90 and gfx950 on the CPU and check the ISA"),
+                      "compile the launch variants (--every: all shipped) for sm_90 and gfx950 on the CPU, check the ISA"),
+    "aot": ("sgl_k3_mono.aot", "compile the gfx950 FlyDSL launches on this CPU into a FlyDSL disk cache for the GPU job"),
     "drift": ("sgl_k3_mono.drift", "compare the SGLang functions the launches reproduce with their digests"),
 }
 

@@ -138,7 +138,7 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
                          latent_down=ph((L, H), bf), shared_down=ph((H, S), bf), router_bias=ph((E,), torch.float32),
                          latent_norm=ph((L,), bf), latent_up=ph((H, L), bf), experts=ex, params=MoeParams.from_dims(d))
     w = K2RankWeights(ph((H, A), bf), ph((1, H), bf), ph((H,), bf), ph((H,), bf), moe)
-    plan = K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=132, tp=tp)
+    plan = K2Plan.for_weights(w, rows, isa=isa_rounding, bank_rows=8, grid=256 if target == "gfx950" else 132, tp=tp)
     peers = K2Peers.emulated(plan, "cpu")[0] if tp > 1 else None
     # the argument pack is the same for every device code (one host side): build it as Triton's
     launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers, impl="triton")
