@@ -1,13 +1,18 @@
 """`sgl-k3-mono bench step`: one decode step of a real-width Kimi-K3 slice on this GPU
 (TP-8 per-rank widths, a few layers in K3's order: KDA layers with a block write, the
-dense layer 0, MoE layers, one MLA layer), timed as a CUDA-graph replay: the whole
-step, and the same step with K1 and K2 replaced by no-ops (what the harness's torch
-MLA, layer 0, seams and logits cost), for M = 1, 2, 4, 8. Per layer it prints the
-launches' time next to their byte floor at the measured copy bandwidth.
+dense layer 0, MoE layers, one MLA layer), timed as CUDA-graph replays in one run, for
+M = 1, 2, 4, 8:
+- ours: the step with the K1 / K2 launches;
+- standard: the same step with each launch replaced by the standard path's composition
+  for the same work (`forward.standard`: torch seam, cuBLAS, SGLang's KDA decode kernel,
+  library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to compose);
+- bare: the step with the launches replaced by no-ops (what the harness's torch MLA,
+  layer 0, seams and logits cost, identical in both);
+- the launches' byte floor at the read bandwidth measured in the run.
 
 The harness's MLA, layer 0 and logits are plain torch, not SGLang's kernels, so the
-whole-step number is not a serving number; the per-layer K1 + K2 time is the one to
-read (the launches are what a served step runs)."""
+whole-step numbers are not serving numbers; the launch columns (step - bare) are what a
+served step changes."""
 
 from __future__ import annotations
 
@@ -52,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
           f"{d.kda_heads} KDA / {d.mla_heads} MLA heads, E {d.experts} {args.fmt}, vocab {d.vocab}; "
           f"read bandwidth {read_gb_s:.0f} GB/s")
-    print(f"{'M':>2} {'step us':>9} {'no-launch us':>13} {'K1+K2 us':>9} {'K1+K2 floor us':>15} {'frac':>6}")
+    print(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
+          f"{'speedup':>8} {'floor us':>9} {'floor/ours':>11}")
+    from sgl_k3_mono.forward.standard import standard_launches
+
     for m in (int(x) for x in args.rows.split(",")):
         plan = plans_for(model, (m,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90",
                          impl="triton")[("decode", m, 1)]
@@ -68,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             return run_step(model, plan, bufs, hooks, ids, deadline_s=10)
 
         full = _graph_us(step)
+        std = None
+        if args.fmt == "bf16":
+            with standard_launches(model, top_k=d.top_k) as kda_op:
+                std = _graph_us(step)
         k1, k2 = launches.k1, launches.k2
         launches.k1 = lambda *a, **k: None
         launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
@@ -80,7 +92,13 @@ def main(argv: list[str] | None = None) -> int:
                      if d.is_moe(i))
         floor_us = floor / (read_gb_s * 1e3)
         ours = full - bare
-        print(f"{m:>2} {full:>9.1f} {bare:>13.1f} {ours:>9.1f} {floor_us:>15.1f} {floor_us / ours:>6.2f}")
+        std_s = f"{std:8.1f}" if std else f"{'n/a':>8}"
+        std_l = f"{std - bare:16.1f}" if std else f"{'n/a':>16}"
+        sp = f"{std / full:7.2f}x" if std else f"{'n/a':>8}"
+        print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {floor_us:9.1f} "
+              f"{floor_us / ours:11.2f}" + (f"   (standard KDA: {kda_op})" if std and m == 1 else ""), flush=True)
+        del bufs, state, hooks
+        torch.cuda.empty_cache()
     return 0
 
 

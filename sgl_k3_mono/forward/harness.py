@@ -24,7 +24,7 @@ from sgl_k3_mono.k1.weights import K1Weights
 from sgl_k3_mono.reference.attn_res import SeamWeights, ffn_seam
 from sgl_k3_mono.reference.mla import MLAWeights, absorbed_query, gated_output, latent_row
 from sgl_k3_mono.reference.ops import bf16
-from sgl_k3_mono.reference.step import DenseLayer, LayerWeights, ModelWeights, _dense_ffn
+from sgl_k3_mono.reference.step import DenseLayer, LayerWeights, ModelWeights, dense_partial
 
 
 @dataclass(frozen=True)
@@ -121,13 +121,13 @@ def to_device(obj: Any, device) -> Any:
     return obj
 
 
-def step_model(w: ModelWeights, *, isa: str = "sm_90") -> StepModel:
-    """The launch step's view of `w` (weights already on the device), as rank 0 of TP 1."""
+def step_model(w: ModelWeights, *, isa: str = "sm_90", rank: int = 0, tp: int = 1) -> StepModel:
+    """The launch step's view of `w` (weights already on the device), as rank `rank` of TP `tp`."""
     d = w.dims
     runs = []
     for i, lw in enumerate(w.layers):
-        k1 = K1Views.from_local(lw.k1.shard(0, 1)) if lw.k1 is not None else None
-        k2 = lw.k2.shard(0, 1) if lw.k2 is not None else None
+        k1 = K1Views.from_local(lw.k1.shard(rank, tp)) if lw.k1 is not None else None
+        k2 = lw.k2.shard(rank, tp) if lw.k2 is not None else None
         runs.append(LayerRun(index=i, attention="kda" if k1 is not None else "mla", k1=k1, k2=k2,
                              attn_seam=lw.attn_seam, write=d.is_block_write(i), nvb=d.bank_rows_at_attn(i)))
     return StepModel(tuple(runs), w.final_seam, d.rms_eps, isa, d.hidden, d.bank_rows())
@@ -145,12 +145,14 @@ class HarnessState:
     """int64 [slots]: tokens already cached per slot (shared by the MLA layers)."""
 
     @classmethod
-    def fresh(cls, w: ModelWeights, slots: torch.Tensor, n_slots: int, max_len: int, device) -> "HarnessState":
+    def fresh(cls, w: ModelWeights, slots: torch.Tensor, n_slots: int, max_len: int, device, *,
+              tp: int = 1) -> "HarnessState":
         d = w.dims
-        p = d.kda_heads * d.kda_head_dim
+        hl = d.kda_heads // tp
+        p = hl * d.kda_head_dim
         kda = {i: KdaState(slots=slots.to(device),
                            conv_pool=torch.zeros(n_slots, d.conv_width - 1, 3 * p, dtype=torch.bfloat16, device=device),
-                           ssm_pool=torch.zeros(n_slots, d.kda_heads, d.kda_head_dim, d.kda_head_dim, device=device))
+                           ssm_pool=torch.zeros(n_slots, hl, d.kda_head_dim, d.kda_head_dim, device=device))
                for i in d.kda_layers}
         mla = {}
         for i in d.mla_layers:
@@ -160,11 +162,32 @@ class HarnessState:
 
 
 class HarnessHooks:
-    """StepHooks in plain torch on the device: fixed shapes, no host reads (capturable)."""
+    """StepHooks in plain torch on the device: fixed shapes, no host reads (capturable).
 
-    def __init__(self, w: ModelWeights, state: HarnessState, slots: torch.Tensor, *, isa: str = "sm_90"):
+    At TP > 1 (`group`: the torch.distributed group of the `tp` ranks) each rank runs its
+    heads of MLA and its rows of layer 0's MLP; the reduces gather every rank's partial
+    and sum them in rank order in fp32 (as the reference and SGLang's custom all-reduce
+    do, so all ranks hold the same bits), and the vocab-parallel logits are gathered."""
+
+    def __init__(self, w: ModelWeights, state: HarnessState, slots: torch.Tensor, *, isa: str = "sm_90",
+                 rank: int = 0, tp: int = 1, group=None):
         self.w, self.state, self.isa = w, state, isa
+        self.rank, self.tp, self.group = rank, tp, group
         self.slots = slots.to(w.embed.device).long()
+        self.mla_w = {i: w.layers[i].mla.shard(rank, tp) for i in w.dims.mla_layers}
+
+    def _reduce(self, part: torch.Tensor) -> torch.Tensor:
+        """bf16(fp32 rank-order sum of every rank's bf16 partial)."""
+        if self.tp == 1:
+            return part
+        import torch.distributed as dist
+
+        parts = part.new_empty((self.tp, *part.shape))
+        dist.all_gather_into_tensor(parts, part.contiguous(), group=self.group)
+        acc = parts[0].float()
+        for r in range(1, self.tp):
+            acc = acc + parts[r].float()
+        return acc.to(part.dtype)
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.w.embed.index_select(0, input_ids)
@@ -173,7 +196,7 @@ class HarnessHooks:
         return self.state.kda[layer]
 
     def mla(self, layer: int, h: torch.Tensor) -> torch.Tensor:
-        w = self.w.layers[layer].mla
+        w = self.mla_w[layer]
         cache = self.state.mla[layer]
         _, row = latent_row(w, h)
         pos = self.state.lengths.index_select(0, self.slots)
@@ -183,14 +206,25 @@ class HarnessHooks:
         return mla_masked(w, h, rows, valid).to(torch.bfloat16)
 
     def dense(self, layer, attn_out, bank, nvb, prefix):
-        d = self.w.layers[layer].dense
-        a = bf16(attn_out.float() @ d.o_proj.float().t())
-        fs = ffn_seam(bank, nvb, prefix, a, d.ffn_seam, self.w.dims.rms_eps, isa=self.isa)
-        return fs.prefix.to(torch.bfloat16), _dense_ffn(d, fs.normed, self.w.dims, 1).to(torch.bfloat16)
+        d, dims = self.w.layers[layer].dense, self.w.dims
+        pl = attn_out.shape[1]
+        o_proj = d.o_proj[:, self.rank * pl : (self.rank + 1) * pl]
+        a = self._reduce(bf16(attn_out.float() @ o_proj.float().t()).to(torch.bfloat16)).float()
+        fs = ffn_seam(bank, nvb, prefix, a, d.ffn_seam, dims.rms_eps, isa=self.isa)
+        add = self._reduce(dense_partial(d, fs.normed, dims, self.tp, self.rank).to(torch.bfloat16))
+        return fs.prefix.to(torch.bfloat16), add
 
     def final(self, hidden: torch.Tensor) -> torch.Tensor:
         self.state.lengths.index_add_(0, self.slots, torch.ones_like(self.slots))
-        return bf16(hidden.float() @ self.w.lm_head.float().t())
+        vl = self.w.lm_head.shape[0] // self.tp
+        local = bf16(hidden.float() @ self.w.lm_head[self.rank * vl : (self.rank + 1) * vl].float().t())
+        if self.tp == 1:
+            return local
+        import torch.distributed as dist
+
+        parts = local.new_empty((self.tp, *local.shape))
+        dist.all_gather_into_tensor(parts, local.contiguous(), group=self.group)
+        return parts.permute(1, 0, 2).reshape(local.shape[0], -1)
 
 
 def mla_masked(w: MLAWeights, h: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -62,7 +63,7 @@ def copy_bandwidth_tb_s() -> float:
     return 2 * n * 2 / statistics.median(ts[3:]) / 1e12
 
 
-def _sglang_kda():
+def sglang_kda():
     try:
         return __import__("sglang.kernels.ops.attention.kda_fused_decode", fromlist=["_"]), None
     except Exception as e:  # no SGLang (kit) on this machine
@@ -113,66 +114,90 @@ class Layer:
                                                                             device=DEV),
             verify_conv=t(rnd(2, 8, kw - 1, 3 * p).bfloat16()) if verify else None,
             verify_ssm=t(rnd(2, 8, h, d, d)) if verify else None, verify_index=1)
-        wt = self.lw.conv.t().contiguous()  # SGLang's op takes per-tap weights (setup, not timed)
-        self.conv_taps = [wt[:, i * p:(i + 1) * p].contiguous() for i in range(3)]
-        self.conv_bias = torch.zeros(3 * p, device=DEV)
-        self.onorm_f32 = self.lw.o_norm.float()
+        self.std = StandardK1.from_views(self.views)
 
     # ---- ours ---------------------------------------------------------------------------
     def ours(self, phase: int | None = None) -> None:
         run_k1(self.plan, self.views, self.io, scratch=self.scratch, phase=phase)
 
-    # ---- the standard chain -------------------------------------------------------------
     def standard(self, op) -> None:
-        lw, io, plan = self.lw, self.io, self.plan
-        p, h, d = plan.proj, plan.heads, plan.head_dim
-        # attn-res seam (sm_90: SGLang's 2-kernel Triton fallback rounds the mix to bf16)
-        rows = torch.cat([io.bank[:, : self.nvb], io.prefix.unsqueeze(1)], 1).float()
-        cw = lw.seam.score_norm.float() * lw.seam.proj.float().reshape(-1)
-        s = (rows * cw).sum(-1) / torch.sqrt(rows.pow(2).mean(-1) + plan.eps)
-        mix = (torch.softmax(s, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
-        hn = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + plan.eps) * lw.seam.out_norm.float()).bfloat16()
-        if self.write:
-            io.bank[:, self.nvb] = io.prefix
-        # in-projection through cuBLAS
-        qkvg = F.linear(hn, lw.qkvg)
-        bfa = F.linear(hn, lw.bfa)
-        mixed, gate = qkvg[:, : 3 * p], qkvg[:, 3 * p:]
-        f_a, b = bfa[:, :d], bfa[:, d: d + h]
-        a = F.linear(f_a, lw.f_b)
-        if op is not None and plan.mode == "decode":
-            op.kda_fused_decode(mixed, a, b, io.conv_pool, *self.conv_taps, self.conv_bias, lw.a_log, lw.dt_bias,
-                                gate, self.onorm_f32, io.ssm_pool, io.slots, scale=d ** -0.5, onorm_eps=1e-5,
-                                lower_bound=-5.0)
-            return
-        self._torch_kda(mixed, a, b, gate)
+        standard_k1(self.std, self.io, self.plan, op)
 
-    def _torch_kda(self, mixed, a, b, gate) -> None:
-        """The reference's KDA chain as torch ops (no SGLang kernels)."""
-        lw, io, plan = self.lw, self.io, self.plan
-        p, h, d = plan.proj, plan.heads, plan.head_dim
-        if plan.mode == "decode":
-            sl = io.slots.long()
-            toks = [(sl, slice(None))]
-        else:
-            sl = io.slots.long()[:1]
-            toks = [(sl, slice(t, t + 1)) for t in range(plan.rows)]
-        win, st = io.conv_pool[sl], io.ssm_pool[sl]
-        for t, (s_idx, r) in enumerate(toks):
-            y, win = kda.conv_update(win, mixed[r], lw.conv)
-            n = y.shape[0]
-            q, k, v = (z.reshape(n, h, d) for z in y.split(p, -1))
-            g = kda.log_decay(a[r].float().reshape(n, h, d), lw.a_log, lw.dt_bias.reshape(h, d), lw.lower_bound)
-            o, st = kda.delta_rule_step(st, kda.l2norm(q) * d ** -0.5, kda.l2norm(k), v, torch.exp(g),
-                                        torch.sigmoid(b[r].float()))
-            out = bf16(kda.gated_rmsnorm(bf16(o), lw.o_norm, gate[r].reshape(n, h, d)))
-            io.out[r] = out.reshape(n, p).to(io.out.dtype)
-            if plan.mode == "verify":
-                io.verify_conv[io.verify_index, t] = win[0]
-                io.verify_ssm[io.verify_index, t] = st[0]
-        if plan.mode == "decode":
-            io.conv_pool[sl] = win
-            io.ssm_pool[sl] = st
+
+@dataclass(frozen=True)
+class StandardK1:
+    """One KDA layer's weights as SGLang's standard chain reads them (built at setup, not
+    timed: SGLang holds `_bfa_w` merged and hands its KDA op per-tap conv weights)."""
+
+    views: K1Views
+    bfa: torch.Tensor
+    """[D + h, H] bf16: f_a over b, one GEMM."""
+    conv_taps: tuple
+    """3 x [K, P] fp32: the q, k, v conv taps."""
+    conv_bias: torch.Tensor
+    onorm_f32: torch.Tensor
+
+    @classmethod
+    def from_views(cls, v: K1Views) -> "StandardK1":
+        p = v.heads * v.head_dim
+        wt = v.conv.t().contiguous()
+        return cls(v, torch.cat([v.f_a, v.b]), tuple(wt[:, i * p:(i + 1) * p].contiguous() for i in range(3)),
+                   torch.zeros(3 * p, device=v.conv.device), v.o_norm.float())
+
+
+def standard_k1(sw: StandardK1, io: K1IO, plan: K1Plan, op) -> None:
+    """The standard chain for K1's work, writing what K1 writes (io.out, the pools, the bank
+    row on a block write, io.residual): the attn-res seam in torch (sm_90: SGLang's
+    2-kernel Triton fallback rounds the mix to bf16), the in-projection through cuBLAS,
+    then SGLang's `kda_fused_decode` (`op`; decode) or the reference's torch chain."""
+    v = sw.views
+    p, h, d = plan.proj, plan.heads, plan.head_dim
+    pre = io.prefix if io.contribution is None else (io.prefix.float() + io.contribution.float()).bfloat16()
+    if io.residual is not None:
+        io.residual.copy_(pre)
+    rows = torch.cat([io.bank[:, : io.nvb], pre.unsqueeze(1)], 1).float()
+    cw = v.seam.score_norm.float() * v.seam.proj.float().reshape(-1)
+    s = (rows * cw).sum(-1) / torch.sqrt(rows.pow(2).mean(-1) + plan.eps)
+    mix = (torch.softmax(s, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
+    hn = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + plan.eps) * v.seam.out_norm.float()).bfloat16()
+    if io.write:
+        io.bank[:, io.nvb] = pre
+    qkvg = F.linear(hn, v.qkvg)
+    bfa = F.linear(hn, sw.bfa)
+    mixed, gate = qkvg[:, : 3 * p], qkvg[:, 3 * p:]
+    f_a, b = bfa[:, :d], bfa[:, d: d + h]
+    a = F.linear(f_a, v.f_b)
+    if op is not None and plan.mode == "decode":
+        slots = io.slots if io.slots.dtype == torch.int32 else io.slots.to(torch.int32)
+        o = op.kda_fused_decode(mixed, a, b, io.conv_pool, *sw.conv_taps, sw.conv_bias, v.a_log, v.dt_bias,
+                                gate, sw.onorm_f32, io.ssm_pool, slots, scale=d ** -0.5, onorm_eps=1e-5,
+                                lower_bound=v.lower_bound)
+        io.out.copy_(o.reshape(io.out.shape))
+        return
+    _torch_kda(v, io, plan, mixed, a, b, gate)
+
+
+def _torch_kda(v: K1Views, io: K1IO, plan: K1Plan, mixed, a, b, gate) -> None:
+    """The reference's KDA chain as torch ops (no SGLang kernels)."""
+    p, h, d = plan.proj, plan.heads, plan.head_dim
+    sl = io.slots.long() if plan.mode == "decode" else io.slots.long()[:1]
+    toks = [slice(None)] if plan.mode == "decode" else [slice(t, t + 1) for t in range(plan.rows)]
+    win, st = io.conv_pool[sl], io.ssm_pool[sl]
+    for t, r in enumerate(toks):
+        y, win = kda.conv_update(win, mixed[r], v.conv)
+        n = y.shape[0]
+        q, k, vv = (z.reshape(n, h, d) for z in y.split(p, -1))
+        g = kda.log_decay(a[r].float().reshape(n, h, d), v.a_log, v.dt_bias.reshape(h, d), v.lower_bound)
+        o, st = kda.delta_rule_step(st, kda.l2norm(q) * d ** -0.5, kda.l2norm(k), vv, torch.exp(g),
+                                    torch.sigmoid(b[r].float()))
+        out = bf16(kda.gated_rmsnorm(bf16(o), v.o_norm, gate[r].reshape(n, h, d)))
+        io.out[r] = out.reshape(n, p).to(io.out.dtype)
+        if plan.mode == "verify":
+            io.verify_conv[io.verify_index, t] = win[0]
+            io.verify_ssm[io.verify_index, t] = st[0]
+    if plan.mode == "decode":
+        io.conv_pool[sl] = win
+        io.ssm_pool[sl] = st
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     tiles = {k: v for k, v in (("block_k", args.block_k), ("num_stages", args.stages)) if v is not None}
     if args.seam_tile:
         tiles["seam_tile"] = True
-    op, why = _sglang_kda()
+    op, why = sglang_kda()
     bw = copy_bandwidth_tb_s()
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"
     print(f"K1 at TP 8 per-rank shapes (H {dims.hidden}, {dims.kda_heads_local} heads x {dims.kda_head_dim}), "

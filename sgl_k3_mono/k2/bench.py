@@ -40,31 +40,38 @@ def copy_bandwidth_gb_s(gib: float = 4.0) -> tuple[float, float]:
     return 2 * n * 2 / (copy_us * 1e-6) / 1e9, n * 2 / (read_us * 1e-6) / 1e9
 
 
-def _situ_op():
+def _situ_op(device: str = "cuda"):
+    """SGLang's SiTU-and-mul kernel where it runs (the kit on a CUDA GPU), else torch."""
+    def torch_situ(x):
+        g, u = x.float().chunk(2, -1)
+        return (4 * torch.tanh(g / 4) * torch.sigmoid(g) * 25 * torch.tanh(u / 25)).bfloat16()
+
+    if torch.device(device).type != "cuda":
+        return torch_situ, "torch SiTU"
     try:
         from sglang.kernels.ops.activation.kimi_k3_situ_and_mul import situ_and_mul
 
         return lambda x: situ_and_mul(x, None, 4.0, 25.0), "SGLang situ_and_mul (kit)"
     except Exception:
-        def torch_situ(x):
-            g, u = x.float().chunk(2, -1)
-            return (4 * torch.tanh(g / 4) * torch.sigmoid(g) * 25 * torch.tanh(u / 25)).bfloat16()
         return torch_situ, "torch SiTU"
 
 
-def standard_path(w, attn, bank, nvb, prefix, out, *, top_k: int):
-    """The layer as separate library calls (bf16 experts), writing `out`."""
-    situ, _ = _situ_op()
+def standard_path(w, *, top_k: int):
+    """The layer as separate library calls (bf16 experts): `run(attn, bank, nvb, prefix,
+    out)` writes `out` (prefix None: a block write restarted the residual)."""
+    situ, _ = _situ_op(w.o_proj.device)
     moe = w.moe
+    if not hasattr(moe.experts, "w13"):
+        raise ValueError("standard_path: composed for bf16 routed experts only (no MXFP4 MoE op on sm_90)")
     front = torch.cat([moe.shared_gate_up, moe.router, moe.latent_down])  # SGLang's merged _front_w
     s2, e = moe.shared_gate_up.shape[0], moe.router.shape[0]
     w13, w2 = moe.experts.w13, moe.experts.w2
     cw = w.mlp_res_norm.float() * w.mlp_res_proj.float().reshape(-1)
     eps = moe.params.eps
 
-    def run():
+    def run(attn, bank, nvb, prefix, out):
         a = attn @ w.o_proj.t()
-        p = (prefix.float() + a.float()).bfloat16()
+        p = a if prefix is None else (prefix.float() + a.float()).bfloat16()
         rows = torch.cat([bank[:, :nvb], p.unsqueeze(1)], 1).float()
         sc = (rows * cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + eps)
         mix = (torch.softmax(sc, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
@@ -133,7 +140,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             floor_us = floor_bytes / (bw * 1e9) * 1e6
             std = None
             if fmt == "bf16":
-                std = _graph_time_us(standard_path(rw, attn, bank, nvb, prefix, torch.empty_like(out), top_k=16))
+                std_run, std_out = standard_path(rw, top_k=16), torch.empty_like(out)
+                std = _graph_time_us(lambda: std_run(attn, bank, nvb, prefix, std_out))
             r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, floor_us=floor_us, touched=touched,
                      bytes=floor_bytes, phases_us=per_phase)
             results.append(r)

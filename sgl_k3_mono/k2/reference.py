@@ -154,13 +154,14 @@ def _check_act(name: str, t: torch.Tensor, shape: tuple) -> None:
 
 
 def k2_reference(attn_out: torch.Tensor, weights: K2Weights, *, tp: int, bank: torch.Tensor, nvb: int,
-                 prefix: torch.Tensor | None, isa: str, mode: str = "decode") -> K2Result:
+                 prefix: torch.Tensor | None, isa: str, mode: str = "decode", choose=None) -> K2Result:
     """K2 for M = 1..8 rows at TP `tp` on `isa` ("gfx950" or "sm_90").
 
     attn_out [M, A] bf16: the attention output before o_proj, all ranks' TP-local
     outputs side by side (rank r's is columns [r*A/tp, (r+1)*A/tp)). bank [M, NB, H]
     bf16 with `nvb` valid rows at this FFN read; prefix [M, H] bf16 the running
-    residual, or None when this layer's attention seam was a block write.
+    residual, or None when this layer's attention seam was a block write. `choose`:
+    see `reference.moe.route`.
     """
     check_isa(isa, ISAS)
     if mode not in MODES:
@@ -188,5 +189,5 @@ def k2_reference(attn_out: torch.Tensor, weights: K2Weights, *, tp: int, bank: t
     p = a if prefix is None else add_prefix(prefix.float(), a)
     h2 = aggregate(bank, nvb, p, weights.mlp_res_proj, weights.mlp_res_norm,
                    weights.post_attention_layernorm, weights.moe.params.eps, isa=isa)
-    moe = moe_reference(h2, p, weights.moe, tp=tp, isa=isa)
+    moe = moe_reference(h2, p, weights.moe, tp=tp, isa=isa, choose=choose)
     return K2Result(moe.out.bfloat16(), partials, a, p, bf16(h2.float()), moe)

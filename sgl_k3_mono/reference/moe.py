@@ -37,6 +37,7 @@ each expert's output to bf16 and sums the k weighted outputs in fp32 in top-k sl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -260,8 +261,14 @@ class MoeRankWeights:
 
 
 def route(logits: torch.Tensor, bias: torch.Tensor, top_k: int, *, renormalize: bool = True,
-          bf16_rank: bool = False, bf16_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+          bf16_rank: bool = False, bf16_weights: bool = False,
+          choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Biased sigmoid top-k with one expert group. Returns (weights fp32, ids int64) [M, k].
+
+    `choose(logits, ids) -> ids`, when given, may replace the chosen sets (a test that
+    follows another implementation's choice where the two disagree only inside their
+    score error; it must return [M, k] int64). The weights are then those of its sets.
 
     The bias only ranks; the weights are the unbiased scores. ids come sorted by biased
     score (SGLang's order is unspecified; only the set matters). `bf16_rank` /
@@ -272,6 +279,8 @@ def route(logits: torch.Tensor, bias: torch.Tensor, top_k: int, *, renormalize: 
     scores = torch.sigmoid(logits.float())
     rank_scores = bf16(scores) if bf16_rank else scores
     ids = torch.topk(rank_scores + bias.float(), top_k, dim=-1, sorted=True).indices
+    if choose is not None:
+        ids = choose(logits, ids)
     w = (bf16(scores) if bf16_weights else scores).gather(1, ids)
     if renormalize:
         w = w / (w.sum(-1, keepdim=True) + RENORM_EPS)
@@ -351,8 +360,10 @@ class MoeResult:
 
 
 def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, *, tp: int,
-                  isa: str) -> MoeResult:
-    """KimiK3MoE.forward(h2, prefix_sum=prefix) of a TP-`tp` SGLang, every rank emulated."""
+                  isa: str, choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+                  ) -> MoeResult:
+    """KimiK3MoE.forward(h2, prefix_sum=prefix) of a TP-`tp` SGLang, every rank emulated
+    (`choose`: see `route`)."""
     check_isa(isa)
     p = w.params
     if p.routed_scaling != 1.0 and isa != "sm_90":
@@ -373,7 +384,7 @@ def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, 
     if isa != "sm_90":  # bf16 front output (HIP) or three bf16 GEMMs (CPU)
         gate_ups, logits = [bf16(gu) for gu in gate_ups], bf16(logits)
     wts, ids = route(logits, w.router_bias, p.top_k, renormalize=p.renormalize,
-                     bf16_weights=isa == "sglang_cpu")
+                     bf16_weights=isa == "sglang_cpu", choose=choose)
     shared_parts = torch.stack([shared_partial(gu, rw.shared_down, p) for gu, rw in zip(gate_ups, ranks)])
     latent_parts = routed_partials(routed_in, ids, wts, [rw.experts for rw in ranks], p, isa=isa)
     latent, shared = all_reduce(latent_parts), all_reduce(shared_parts)

@@ -9,6 +9,7 @@ one token each, request i's states at `slots[i]`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,26 +121,31 @@ class DecodeState:
         return cls(kda, {i: {} for i in dims.mla_layers})
 
 
-def _dense_ffn(d: DenseLayer, h2: torch.Tensor, dims: K3Dims, tp: int) -> torch.Tensor:
-    """The dense MLP's reduced output: bf16 gate_up, bf16 SiTU, bf16 down partials, rank-order sum."""
+def dense_partial(d: DenseLayer, h2: torch.Tensor, dims: K3Dims, tp: int, rank: int) -> torch.Tensor:
+    """Rank `rank`'s dense-MLP partial: bf16 gate_up, bf16 SiTU, bf16 down over its rows."""
     inter = d.gate_up.shape[0] // 2
     il = inter // tp
-    parts = []
-    for r in range(tp):
-        rows = slice(r * il, (r + 1) * il)
-        gu = bf16(h2.float() @ torch.cat([d.gate_up[:inter][rows], d.gate_up[inter:][rows]]).float().t())
-        act = bf16(situ(gu[:, :il], gu[:, il:], dims.situ_beta, dims.situ_linear_beta))
-        parts.append(bf16(act @ d.down[:, rows].float().t()))
-    return _all_reduce(parts)
+    rows = slice(rank * il, (rank + 1) * il)
+    gu = bf16(h2.float() @ torch.cat([d.gate_up[:inter][rows], d.gate_up[inter:][rows]]).float().t())
+    act = bf16(situ(gu[:, :il], gu[:, il:], dims.situ_beta, dims.situ_linear_beta))
+    return bf16(act @ d.down[:, rows].float().t())
+
+
+def _dense_ffn(d: DenseLayer, h2: torch.Tensor, dims: K3Dims, tp: int) -> torch.Tensor:
+    """The dense MLP's reduced output: every rank's partial, rank-order sum."""
+    return _all_reduce([dense_partial(d, h2, dims, tp, r) for r in range(tp)])
 
 
 def decode_step(w: ModelWeights, state: DecodeState, input_ids: torch.Tensor, slots: torch.Tensor, *,
-                tp: int = 1, isa: str = "gfx950", trace: list | None = None) -> torch.Tensor:
+                tp: int = 1, isa: str = "gfx950", trace: list | None = None,
+                choose=None) -> torch.Tensor:
     """One decode step for M requests; returns logits [M, V] fp32 (bf16 values).
 
     `trace`, when a list, receives one dict per layer (attention output, the stream the
-    layer leaves, the routed expert ids or None): routing decisions are where emulated
-    TP sizes legitimately diverge (a rounding difference can flip a top-k choice)."""
+    layer leaves, the router logits and routed expert ids, or None): routing decisions are
+    where emulated TP sizes legitimately diverge (a rounding difference can flip a top-k
+    choice). `choose(layer, logits, ids) -> ids`, when given, may replace a MoE layer's
+    top-k sets (see `reference.moe.route`)."""
     dims = w.dims
     if not 1 <= input_ids.numel() <= 8 or slots.shape != input_ids.shape:
         raise ValueError(f"decode_step: need 1..8 ids and one slot each, got {tuple(input_ids.shape)} / "
@@ -172,18 +178,19 @@ def decode_step(w: ModelWeights, state: DecodeState, input_ids: torch.Tensor, sl
         bank, nvb = sr.bank, sr.nvb
         if lw.k2 is not None:
             res = k2_reference(attn_out, lw.k2, tp=tp, bank=bank.bfloat16(), nvb=nvb,
-                               prefix=None if sr.prefix is None else sr.prefix.bfloat16(), isa=isa)
+                               prefix=None if sr.prefix is None else sr.prefix.bfloat16(), isa=isa,
+                               choose=None if choose is None else functools.partial(choose, i))
             prefix, add = res.out.float(), None
-            ids = res.topk_ids
+            ids, logits = res.moe.topk_ids, res.moe.router_logits
         else:
             d = lw.dense
             pl = attn_out.shape[1] // tp
             a = _all_reduce([bf16(attn_out[:, r * pl : (r + 1) * pl].float() @ d.o_proj[:, r * pl : (r + 1) * pl]
                                   .float().t()) for r in range(tp)])
             fs = ffn_seam(bank, nvb, sr.prefix, a, d.ffn_seam, eps, isa=isa)
-            prefix, add, ids = fs.prefix, _dense_ffn(d, fs.normed, dims, tp), None
+            prefix, add, ids, logits = fs.prefix, _dense_ffn(d, fs.normed, dims, tp), None, None
         if trace is not None:
-            trace.append(dict(layer=i, attn_out=attn_out, stream=prefix, expert_ids=ids))
+            trace.append(dict(layer=i, attn_out=attn_out, stream=prefix, expert_ids=ids, router_logits=logits))
     prefix = add_prefix(prefix, add)
     fw = w.final_seam
     h = aggregate(bank, nvb, prefix, fw.proj, fw.score_norm, fw.out_norm, eps, isa=isa)

@@ -8,24 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support.ranks import loop_start, two_gpus, two_plain_ranks
 
 HERE = Path(__file__).resolve().parent
 
-
-def _two_gpus() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.device_count() >= 2
-    except Exception:
-        return False
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _two_gpus(), reason="needs 2 GPUs (the x2 machine)")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not two_gpus(), reason="needs 2 GPUs (the x2 machine)")]
 
 
 def _torchrun(args, env=None, timeout=300):
@@ -45,37 +35,6 @@ def test_k2_tp2_matches_reference_and_ranks_agree(fmt):
         assert r["violations"] == [] and r["stable"] and r["ranks_bitwise_equal"] and r["routing_equal"], r
 
 
-def _two_plain_ranks(args, env, timeout):
-    """Both ranks as plain processes (no torchrun agent: it kills the survivors when the
-    first rank fails, so the second could never say why it stopped). Returns, per rank,
-    (exit code, stdout, stderr, wall-clock time the process ended)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(2):
-        e = {**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, str(HERE / "k2_tp_worker.py"), *args], env=e,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    ended = [None, None]
-    t_end = time.time() + timeout
-    while None in ended and time.time() < t_end:
-        for r, p in enumerate(procs):
-            if ended[r] is None and p.poll() is not None:
-                ended[r] = time.time()
-        time.sleep(0.1)
-    out = []
-    for r, p in enumerate(procs):
-        if ended[r] is None:  # a hang: the thing this test exists to rule out
-            p.kill()
-        o, e = p.communicate()
-        out.append((p.returncode, o, e, ended[r]))
-    return out
-
-
 def test_k2_tp2_stalled_peer_stops_both_ranks():
     """Rank 1 holds at layer 1's combine; rank 0 waits for its partials in the reduce.
     Both processes stop with the watcher's exit code and their own message, each within
@@ -83,7 +42,7 @@ def test_k2_tp2_stalled_peer_stops_both_ranks():
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     deadline = 3.0
-    res = _two_plain_ranks(["mxfp4", "4", "3"], {"SGL_K3_MONO_STALL": "1:1:k2:combine",
+    res = two_plain_ranks(HERE / "k2_tp_worker.py", ["mxfp4", "4", "3"], {"SGL_K3_MONO_STALL": "1:1:k2:combine",
                                                   "DEADLINE_S": str(deadline)}, timeout=240)
     expect = {0: "rank 0, layer 1, launch K2, phase 'reduce'", 1: "rank 1, layer 1, launch K2, phase 'combine'"}
     for r, (code, out, err, ended) in enumerate(res):
@@ -91,5 +50,5 @@ def test_k2_tp2_stalled_peer_stops_both_ranks():
         assert ended is not None, f"rank {r} hung"
         assert code == EXIT_CODE, (r, code, err[-2000:])
         assert expect[r] in err, (r, err[-2000:])
-        start = float(next(x.split()[1] for x in out.splitlines() if x.startswith("LOOP-START")))
+        start = loop_start(out)
         assert ended - start < deadline + 5, f"rank {r} stopped {ended - start:.1f} s after its first layer"

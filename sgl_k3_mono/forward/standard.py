@@ -1,0 +1,39 @@
+"""The standard path of a step, for `bench step`: the same step with each launch replaced
+by what SGLang's standard path runs for the same work (K1: `k1.bench.standard_k1`, the
+seam in torch, cuBLAS in-projection and SGLang's `kda_fused_decode`; K2:
+`k2.bench.standard_path`, library calls with bf16 experts), so the two steps differ in
+the launches alone. Per-layer weight layouts are prepared on entry (not timed)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from sgl_k3_mono.forward import launches
+from sgl_k3_mono.forward.layers import StepModel
+
+
+@contextlib.contextmanager
+def standard_launches(model: StepModel, *, top_k: int):
+    """Within the block, `launches.k1` / `launches.k2` run the standard path. Refuses
+    (ValueError) MXFP4 experts: sm_90 has no MXFP4 MoE op in SGLang to compose."""
+    from sgl_k3_mono.k1.bench import StandardK1, sglang_kda, standard_k1
+    from sgl_k3_mono.k2.bench import standard_path
+
+    k1w = {lr.index: StandardK1.from_views(lr.k1) for lr in model.layers if lr.k1 is not None}
+    on_gpu = any(v.views.qkvg.is_cuda for v in k1w.values())
+    op = sglang_kda()[0] if on_gpu else None  # SGLang's KDA kernel is CUDA-only
+    k2w = {lr.index: standard_path(lr.k2, top_k=top_k) for lr in model.layers if lr.k2 is not None}
+
+    def k1(plan, bufs, views, io, *, layer, deadline_s):
+        standard_k1(k1w[layer], io, plan.k1, op)
+
+    def k2(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
+        k2w[layer](attn_out, bufs.bank, nvb, prefix, out)
+        return out
+
+    saved = launches.k1, launches.k2
+    launches.k1, launches.k2 = k1, k2
+    try:
+        yield "SGLang kda_fused_decode" if op is not None else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)"
+    finally:
+        launches.k1, launches.k2 = saved

@@ -1,0 +1,46 @@
+"""The step harness at TP 2 on two GPUs (the x2 machine): K1 on each rank's heads, K2
+reducing over symmetric-memory peers inside the launch, the harness's MLA / layer 0 /
+logits over NCCL; each rank against the reference step at TP 2 for many steps, the
+ranks' logits bit-identical; and a rank stalled inside K1 stopping both processes with
+the message, within the deadline + 5 s, neither hanging."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.ranks import loop_start, two_gpus, two_plain_ranks
+
+HERE = Path(__file__).resolve().parent
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not two_gpus(), reason="needs 2 GPUs (the x2 machine)")]
+
+
+def test_tp2_steps_match_the_reference_step_and_ranks_agree():
+    res = two_plain_ranks(HERE / "tp_worker.py", ["tiny", "bf16", "4", "32", "1"], {}, timeout=400)
+    for r, (code, out, err, ended) in enumerate(res):
+        assert code == 0 and ended is not None, (r, code, err[-3000:])
+        (summary,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        print("\nSTEPCMP-TP2 " + json.dumps(summary))
+        assert summary["violations"] == [], summary["violations"][:20]
+        assert summary["ranks_bitwise_equal"] and summary["row_steps"] == 4 * 32, summary
+
+
+def test_tp2_a_rank_stalled_in_k1_stops_both_processes():
+    """Rank 1 holds inside K1's KDA phase at layer 2 of its first step (SGL_K3_MONO_STALL,
+    armed once warm); rank 0 finishes its K1 and waits in layer 2's K2 for rank 1's
+    o_proj partial. Both exit with the watcher's code and
+    their own message, each within the deadline + 5 s of its warm first step."""
+    from sgl_k3_mono.runtime.failure import EXIT_CODE
+
+    deadline = 3.0
+    res = two_plain_ranks(HERE / "tp_worker.py", ["tiny", "bf16", "2", "4", "0"],
+                          {"STALL_AFTER_WARM": "1:2:k1:kda", "DEADLINE_S": str(deadline)}, timeout=300)
+    expect = {0: "rank 0, layer 2, launch K2, phase", 1: "rank 1, layer 2, launch K1, phase 'kda'"}
+    for r, (code, out, err, ended) in enumerate(res):
+        print(f"rank {r}: exit {code}", err[-600:])
+        assert ended is not None, f"rank {r} hung"
+        assert code == EXIT_CODE, (r, code, err[-2000:])
+        assert expect[r] in err, (r, err[-2000:])
+        assert ended - loop_start(out) < deadline + 5, f"rank {r} stopped {ended - loop_start(out):.1f} s after warm"

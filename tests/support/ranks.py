@@ -1,0 +1,53 @@
+"""Starting the ranks of a two-GPU test as plain processes (no torchrun agent: it kills
+the survivors when the first rank fails, so the second could never say why it stopped)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def two_gpus() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.device_count() >= 2
+    except Exception:
+        return False
+
+
+def two_plain_ranks(script, args, env, timeout):
+    """Runs `script args` as ranks 0 and 1 (RANK, WORLD_SIZE, MASTER_* set). Returns, per
+    rank, (exit code, stdout, stderr, wall-clock time the process ended or None: a hang,
+    killed at `timeout`)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(2):
+        e = {**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=e,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    ended = [None, None]
+    t_end = time.time() + timeout
+    while None in ended and time.time() < t_end:
+        for r, p in enumerate(procs):
+            if ended[r] is None and p.poll() is not None:
+                ended[r] = time.time()
+        time.sleep(0.1)
+    out = []
+    for r, p in enumerate(procs):
+        if ended[r] is None:  # a hang: the thing these tests exist to rule out
+            p.kill()
+        o, e = p.communicate()
+        out.append((p.returncode, o, e, ended[r]))
+    return out
+
+
+def loop_start(stdout: str) -> float:
+    """The time a worker printed `LOOP-START <t>` (its launches built and warm)."""
+    return float(next(x.split()[1] for x in stdout.splitlines() if x.startswith("LOOP-START")))
