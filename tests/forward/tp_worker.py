@@ -31,13 +31,14 @@ def start():
 
 
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
+bounds = compare.StepBounds.for_case(name, fmt, rows, steps)
 c = compare.compare(harness.shape(name, expert_format=fmt), rows=rows, steps=steps, graph=graph,
-                    device=f"cuda:{rank}", tp=world, rank=rank, group=dist.group.WORLD,
+                    device=f"cuda:{rank}", tp=world, rank=rank, group=dist.group.WORLD, bounds=bounds,
                     deadline_s=float(os.environ.get("DEADLINE_S", "20")),
                     on_start=start)
 mine = torch.stack(c.logits).to(f"cuda:{rank}")
 every = [torch.empty_like(mine) for _ in range(world)]
 dist.all_gather(every, mine)
-print(json.dumps({"rank": rank, **c.summary(), "violations": compare.violations(c),
+print(json.dumps({"rank": rank, **c.summary(), "violations": compare.violations(c, bounds), "bounds": bounds.__dict__,
                   "ranks_bitwise_equal": all(torch.equal(every[0], e) for e in every)}, default=str), flush=True)
 dist.destroy_process_group()
