@@ -33,11 +33,13 @@ from sgl_k3_mono.numerics import measure
 from sgl_k3_mono.reference.step import DecodeState, decode_step
 
 
-SPREAD_FACTOR = 1.5
+SPREAD_FACTOR = 2.0
 """How far the launch step may sit from the reference, in units of the yardstick: the spread
 between two correct answers (the reference at TP 2 against TP 1, `yardstick`) on the
-same shape, rows, steps, weights and tokens. Measured on the H200 (third and fourth
-sessions): the launch step sits inside the yardstick (factor <= 1) on every case."""
+same shape, rows, steps, weights and tokens. Measured on the H200 (fourth session,
+docs/evidence/step-sm90.md): the launch step's KL, logit error, router-score error and
+state drift sit at 0.13-1.45 of the yardstick's (1.45: KL of real-width MXFP4 over 16
+steps; every bf16 case <= 1.19), so 2 is what was seen plus margin."""
 
 YARDSTICK_FILE = Path(__file__).with_name("yardstick.json")
 """The yardstick of each harness case, computed on the CPU (`python -m

@@ -2,7 +2,7 @@
 logits) against the reference decode step, many steps, on one GPU with no SGLang.
 
 Per case: 64 decode steps (the same tokens on both sides), per row and step the
-next-token KL and the largest logit error within the case's bounds (1.5 times the
+next-token KL and the largest logit error within the case's bounds (2 times the
 yardstick: the reference at TP 2 against TP 1 on the same case, `compare.yardstick`,
 recorded in forward/yardstick.json), the greedy token
 equal wherever the reference's top-2 margin exceeds the declared logit error (the count

@@ -51,3 +51,17 @@ def two_plain_ranks(script, args, env, timeout):
 def loop_start(stdout: str) -> float:
     """The time a worker printed `LOOP-START <t>` (its launches built and warm)."""
     return float(next(x.split()[1] for x in stdout.splitlines() if x.startswith("LOOP-START")))
+
+
+def assert_every_rank_stopped(res, expect: dict, deadline: float) -> None:
+    """Each rank of `two_plain_ranks` ended (no hang) with the watcher's exit code, its own
+    message (`expect[rank]` in its stderr), within deadline + 5 s of its LOOP-START."""
+    from sgl_k3_mono.runtime.failure import EXIT_CODE
+
+    for r, (code, out, err, ended) in enumerate(res):
+        print(f"rank {r}: exit {code}", err[-600:])
+        assert ended is not None, f"rank {r} hung"
+        assert code == EXIT_CODE, (r, code, err[-2000:])
+        assert expect[r] in err, (r, err[-2000:])
+        took = ended - loop_start(out)
+        assert took < deadline + 5, f"rank {r} stopped {took:.1f} s after it was warm"
