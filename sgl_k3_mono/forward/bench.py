@@ -8,7 +8,9 @@ M = 1, 2, 4, 8:
   library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to compose);
 - bare: the step with the launches replaced by no-ops (what the harness's torch MLA,
   layer 0, seams and logits cost, identical in both);
-- the launches' byte floor at the read bandwidth measured in the run.
+- the launches' byte floor at the read bandwidth measured in the run: their weights,
+  activations and the routed experts the step's rows really touch (each row its own
+  token, so rows route apart as in serving).
 
 The harness's MLA, layer 0 and logits are plain torch, not SGLang's kernels, so the
 whole-step numbers are not serving numbers; the launch columns (step - bare) are what a
@@ -41,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench step: needs a CUDA GPU", file=sys.stderr)
         return 2
-    from sgl_k3_mono.budget import k1_bytes, k2_bytes
+    from sgl_k3_mono.budget import expected_experts, k1_bytes, k2_bytes
     from sgl_k3_mono.forward import harness, launches
     from sgl_k3_mono.forward.build import ServerStep, plans_for
     from sgl_k3_mono.forward.plan import StepBuffers
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{d.kda_heads} KDA / {d.mla_heads} MLA heads, E {d.experts} {args.fmt}, vocab {d.vocab}; "
           f"read bandwidth {read_gb_s:.0f} GB/s")
     print(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
-          f"{'speedup':>8} {'floor us':>9} {'floor/ours':>11}")
+          f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
 
     for m in (int(x) for x in args.rows.split(",")):
@@ -69,12 +71,15 @@ def main(argv: list[str] | None = None) -> int:
         slots = torch.arange(m)
         state = harness.HarnessState.fresh(w, slots, m, 64, "cuda")
         hooks = harness.HarnessHooks(w, state, slots)
-        ids = torch.zeros(m, dtype=torch.long, device="cuda")
+        # distinct tokens a row (the same token in every row would route every row alike and
+        # let the launch read a row's 16 experts once for all M)
+        ids = torch.randint(0, d.vocab, (m,), generator=torch.Generator().manual_seed(m)).cuda()
 
         def step():
             state.lengths.zero_()  # replays stay inside the cache
             return run_step(model, plan, bufs, hooks, ids, deadline_s=10)
 
+        touched = _experts_touched(step)
         full = _graph_us(step)
         std = None
         if args.fmt == "bf16":
@@ -88,18 +93,42 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             launches.k1, launches.k2 = k1, k2
         floor = sum(k1_bytes(d, i, m, "decode").total for i in d.kda_layers)
-        floor += sum(k2_bytes(d, i, m, args.fmt, d.kda_heads * d.kda_head_dim).total for i in range(d.layers)
-                     if d.is_moe(i))
+        for i, n in touched.items():  # the experts this step's rows really route to, per layer
+            b = k2_bytes(d, i, m, args.fmt, d.kda_heads * d.kda_head_dim)
+            floor += b.weights + b.activations + b.experts / expected_experts(d, m) * n
         floor_us = floor / (read_gb_s * 1e3)
         ours = full - bare
         std_s = f"{std:8.1f}" if std else f"{'n/a':>8}"
         std_l = f"{std - bare:16.1f}" if std else f"{'n/a':>16}"
-        sp = f"{std / full:7.2f}x" if std else f"{'n/a':>8}"
-        print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {floor_us:9.1f} "
-              f"{floor_us / ours:11.2f}" + (f"   (standard KDA: {kda_op})" if std and m == 1 else ""), flush=True)
+        sp = f"{std / full:12.2f}x" if std else f"{'n/a':>13}"
+        lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
+        print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
+              f"{floor_us / ours:15.2f}   experts/layer {sorted(touched.values())}"
+              + (f"; standard KDA: {kda_op}" if std and m == 1 else ""), flush=True)
         del bufs, state, hooks
         torch.cuda.empty_cache()
     return 0
+
+
+def _experts_touched(step) -> dict:
+    """Run `step` once eagerly; per MoE layer, the distinct experts its rows routed to."""
+    import torch
+
+    from sgl_k3_mono.forward import launches
+
+    inner, seen = launches.k2, {}
+
+    def k2(plan_, bufs_, w_, attn, nvb, prefix, out, *, layer):
+        res = inner(plan_, bufs_, w_, attn, nvb, prefix, out, layer=layer)
+        seen[layer] = int(torch.unique(bufs_.k2.scratch.ids).numel())
+        return res
+
+    launches.k2 = k2
+    try:
+        step()
+    finally:
+        launches.k2 = inner
+    return seen
 
 
 def _device_weights(s):
