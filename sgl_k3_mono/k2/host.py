@@ -141,8 +141,12 @@ class K2Peers:
         import torch.distributed._symmetric_memory as symm
 
         size = cls.layout(plan)[2] + 16
-        if hasattr(symm, "enable_symm_mem_for_group"):  # needed by older torch, a no-op later
-            symm.enable_symm_mem_for_group(group_name)
+        if hasattr(symm, "enable_symm_mem_for_group"):  # needed by older torch, a deprecated no-op later
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                symm.enable_symm_mem_for_group(group_name)
         buf = symm.empty(size, dtype=torch.uint8, device=device)
         buf.zero_()
         handle = symm.rendezvous(buf, group_name)
