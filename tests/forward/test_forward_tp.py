@@ -1,8 +1,9 @@
-"""The step harness at TP 2 on two GPUs (the x2 machine): K1 on each rank's heads, K2
-reducing over symmetric-memory peers inside the launch, the harness's MLA / layer 0 /
-logits over NCCL; each rank against the reference step at TP 2 for many steps, the
-ranks' logits bit-identical; and a rank stalled inside K1 stopping both processes with
-the message, within the deadline + 5 s, neither hanging."""
+"""The step harness at TP 2 on two GPUs (the x2 machine; TP 4 where four are lent, the
+tiny model having 4 heads): K1 on each rank's heads, K2 reducing over symmetric-memory
+peers inside the launch, the harness's MLA / layer 0 / logits over NCCL. Each rank is
+judged against the reference step at the same TP for many steps, and the ranks' logits
+must be bit-identical. A rank stalled inside K1 must stop every process with the
+message within the deadline + 5 s, none hanging."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import json
 from pathlib import Path
 
 import pytest
-from support.ranks import assert_every_rank_stopped, two_gpus, two_plain_ranks
+from support.ranks import assert_every_rank_stopped, plain_ranks, tp_size
 
 HERE = Path(__file__).resolve().parent
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not two_gpus(), reason="needs 2 GPUs (the x2 machine)")]
+TP = tp_size(limit=4)
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(TP < 2, reason="needs 2 GPUs (the x2 machine)")]
 
 
 def test_tp2_steps_match_the_reference_step_and_ranks_agree():
-    res = two_plain_ranks(HERE / "tp_worker.py", ["tiny", "bf16", "4", "32", "1"], {}, timeout=400)
+    res = plain_ranks(TP, HERE / "tp_worker.py", ["tiny", "bf16", "4", "32", "1"], {}, timeout=400)
     for r, (code, out, err, ended) in enumerate(res):
         assert code == 0 and ended is not None, (r, code, err[-3000:])
         (summary,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
@@ -30,10 +32,11 @@ def test_tp2_steps_match_the_reference_step_and_ranks_agree():
 def test_tp2_a_rank_stalled_in_k1_stops_both_processes():
     """Rank 1 holds inside K1's KDA phase at layer 2 of its first step (SGL_K3_MONO_STALL,
     armed once warm); rank 0 finishes its K1 and waits in layer 2's K2 for rank 1's
-    o_proj partial. Both exit with the watcher's code and their own message, each
+    o_proj partial (so does every other rank at TP > 2). All exit with the watcher's code and their own message, each
     within the deadline + 5 s of its warm first step."""
     deadline = 3.0
-    res = two_plain_ranks(HERE / "tp_worker.py", ["tiny", "bf16", "2", "4", "0"],
+    res = plain_ranks(TP, HERE / "tp_worker.py", ["tiny", "bf16", "2", "4", "0"],
                           {"STALL_AFTER_WARM": "1:2:k1:kda", "DEADLINE_S": str(deadline)}, timeout=300)
-    expect = {0: "rank 0, layer 2, launch K2, phase", 1: "rank 1, layer 2, launch K1, phase 'kda'"}
+    expect = {r: f"rank {r}, layer 2, launch K2, phase" for r in range(TP)}
+    expect[1] = "rank 1, layer 2, launch K1, phase 'kda'"
     assert_every_rank_stopped(res, expect, deadline)

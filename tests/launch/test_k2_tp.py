@@ -1,6 +1,7 @@
-"""K2 at TP 2 on two GPUs: the in-launch reduces over symmetric-memory peer buffers,
-against the reference at TP 2, ranks bit-identical, epochs stable over many launches,
-and a stalled peer stopping both processes loudly."""
+"""K2 at TP 2 on two GPUs (TP 4 / 8 where the machine has them, `support.ranks.tp_size`):
+the in-launch reduces over symmetric-memory peer buffers, against the reference at that
+TP, ranks bit-identical, epochs stable over many launches, and a stalled peer stopping
+every process loudly."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.ranks import assert_every_rank_stopped, two_gpus, two_plain_ranks
+from support.ranks import assert_every_rank_stopped, plain_ranks, tp_size
 
 HERE = Path(__file__).resolve().parent
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not two_gpus(), reason="needs 2 GPUs (the x2 machine)")]
+TP = tp_size()  # k3-small has 8 heads: TP 8 at most
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(TP < 2, reason="needs 2 GPUs (the x2 machine)")]
 
 
 def _torchrun(args, env=None, timeout=300):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(HERE / "k2_tp_worker.py"),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(TP), str(HERE / "k2_tp_worker.py"),
            *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -36,11 +38,12 @@ def test_k2_tp2_matches_reference_and_ranks_agree(fmt):
 
 
 def test_k2_tp2_stalled_peer_stops_both_ranks():
-    """Rank 1 holds at layer 1's combine; rank 0 waits for its partials in the reduce.
-    Both processes stop with the watcher's exit code and their own message, each within
-    the deadline + 5 s of its warm first layer; neither hangs."""
+    """Rank 1 holds at layer 1's combine; every other rank waits for its partials in the
+    reduce. Every process stops with the watcher's exit code and its own message, each
+    within the deadline + 5 s of its warm first layer; none hangs."""
     deadline = 3.0
-    res = two_plain_ranks(HERE / "k2_tp_worker.py", ["mxfp4", "4", "3"], {"SGL_K3_MONO_STALL": "1:1:k2:combine",
-                                                  "DEADLINE_S": str(deadline)}, timeout=240)
-    expect = {0: "rank 0, layer 1, launch K2, phase 'reduce'", 1: "rank 1, layer 1, launch K2, phase 'combine'"}
+    res = plain_ranks(TP, HERE / "k2_tp_worker.py", ["mxfp4", "4", "3"], {"SGL_K3_MONO_STALL": "1:1:k2:combine",
+                                                      "DEADLINE_S": str(deadline)}, timeout=240)
+    expect = {r: f"rank {r}, layer 1, launch K2, phase 'reduce'" for r in range(TP)}
+    expect[1] = "rank 1, layer 1, launch K2, phase 'combine'"
     assert_every_rank_stopped(res, expect, deadline)

@@ -1,5 +1,8 @@
-"""Starting the ranks of a two-GPU test as plain processes (no torchrun agent: it kills
-the survivors when the first rank fails, so the second could never say why it stopped)."""
+"""Starting the ranks of a multi-GPU test as plain processes (no torchrun agent: it kills
+the survivors when the first rank fails, so the others could never say why they stopped).
+
+The TP tests run at `tp_size()`: as many ranks as the machine has GPUs, up to a limit
+(2 on the x2 machine; 4 or 8 where those kinds are lent)."""
 
 from __future__ import annotations
 
@@ -10,29 +13,35 @@ import sys
 import time
 
 
-def two_gpus() -> bool:
+def gpu_count() -> int:
     try:
         import torch
 
-        return torch.cuda.device_count() >= 2
+        return torch.cuda.device_count()
     except Exception:
-        return False
+        return 0
 
 
-def two_plain_ranks(script, args, env, timeout):
-    """Runs `script args` as ranks 0 and 1 (RANK, WORLD_SIZE, MASTER_* set). Returns, per
+def tp_size(limit: int = 8) -> int:
+    """The largest power of two <= min(GPUs, limit) (0 or 1: no TP test here)."""
+    n = min(gpu_count(), limit)
+    return 1 << (n.bit_length() - 1) if n else 0
+
+
+def plain_ranks(n: int, script, args, env, timeout):
+    """Runs `script args` as ranks 0..n-1 (RANK, WORLD_SIZE, MASTER_* set). Returns, per
     rank, (exit code, stdout, stderr, wall-clock time the process ended or None: a hang,
     killed at `timeout`)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
-    for r in range(2):
-        e = {**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+    for r in range(n):
+        e = {**os.environ, **env, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(n),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen([sys.executable, str(script), *args], env=e,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    ended = [None, None]
+    ended = [None] * n
     t_end = time.time() + timeout
     while None in ended and time.time() < t_end:
         for r, p in enumerate(procs):
@@ -54,7 +63,7 @@ def loop_start(stdout: str) -> float:
 
 
 def assert_every_rank_stopped(res, expect: dict, deadline: float) -> None:
-    """Each rank of `two_plain_ranks` ended (no hang) with the watcher's exit code, its own
+    """Each rank of `plain_ranks` ended (no hang) with the watcher's exit code, its own
     message (`expect[rank]` in its stderr), within deadline + 5 s of its LOOP-START."""
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 

@@ -11,6 +11,6 @@ t() {
   local name=$1 to=$2; shift 2
   ( timeout "$to" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "$@" 2>&1 ) > "$OUT/$name.log"
   echo "== $name (rc $?)"
-  grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [01]: exit|assert" "$OUT/$name.log" \
+  grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [0-9]: exit|assert" "$OUT/$name.log" \
     | cut -c1-600 | tail -14
 }
