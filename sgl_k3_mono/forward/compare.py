@@ -14,12 +14,9 @@ Anything else is a violation. Every row-step is compared.
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import torch
@@ -31,19 +28,6 @@ from sgl_k3_mono.forward.step import run_step
 from sgl_k3_mono.forward.warm import warm
 from sgl_k3_mono.numerics import measure
 from sgl_k3_mono.reference.step import DecodeState, decode_step
-
-
-SPREAD_FACTOR = 2.0
-"""How far the launch step may sit from the reference, in units of the yardstick: the spread
-between two correct answers (the reference at TP 2 against TP 1, `yardstick`) on the
-same shape, rows, steps, weights and tokens. Measured on the H200 (fourth session,
-docs/evidence/step-sm90.md): the launch step's KL, logit error, router-score error and
-state drift sit at 0.13-1.45 of the yardstick's (1.45: KL of real-width MXFP4 over 16
-steps; every bf16 case <= 1.19), so 2 is what was seen plus margin."""
-
-YARDSTICK_FILE = Path(__file__).with_name("yardstick.json")
-"""The yardstick of each harness case, computed on the CPU (`python -m
-sgl_k3_mono.forward.compare --yardstick ...`); a CPU test recomputes the tiny ones."""
 
 
 @dataclass(frozen=True)
@@ -61,23 +45,6 @@ class StepBounds:
     """KDA recurrent and conv states after the last step."""
     graph_max_abs: float = 0.0
     """Graph replay against the eager run of the same launches (the launches are deterministic)."""
-
-    @classmethod
-    def from_yardstick(cls, y: dict, factor: float = SPREAD_FACTOR) -> "StepBounds":
-        """`factor` times the yardstick's spread in every metric."""
-        return cls(kl=factor * y["kl_max"], logit_max_abs=factor * y["err_max"],
-                   router_score_max_abs=factor * y["router_score_max_abs"],
-                   state_cosine=1.0 - factor * (1.0 - y["ssm_cosine_min"]))
-
-    @classmethod
-    def for_case(cls, name: str, fmt: str, rows: int, steps: int) -> "StepBounds":
-        key = f"{name}:{fmt}:{rows}:{steps}"
-        table = json.loads(YARDSTICK_FILE.read_text())["cases"]
-        if key not in table:
-            raise KeyError(f"no yardstick recorded for {key}; run python -m sgl_k3_mono.forward.compare "
-                           f"--yardstick {key}")
-        return cls.from_yardstick(table[key])
-
 
 BOUNDS = StepBounds()
 
@@ -192,7 +159,7 @@ class Run:
     """KDA layer -> conv windows of the rows' slots, or None where the layout is not the reference's."""
 
 
-def _inputs(s: harness.HarnessShape, rows: int, steps: int, seed: int):
+def run_inputs(s: harness.HarnessShape, rows: int, steps: int, seed: int):
     """The weights (host), the slots (reversed, so slot order != row order; slot `rows` is
     never used) and the tokens of a run: the same for every side compared."""
     w = harness.random_weights(s, seed=seed)
@@ -253,7 +220,7 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     and each rank judges its own logits and states against the reference at TP `tp`).
     `on_start()` is called once the launches are built and warm, before the first step."""
     t0 = time.monotonic()
-    w, slots, ids = _inputs(s, rows, steps, seed)
+    w, slots, ids = run_inputs(s, rows, steps, seed)
     wd = harness.to_device(w, device)
     model = harness.step_model(wd, isa=isa, rank=rank, tp=tp)
     plan = plans_for(model, (rows,), ServerStep("decode", 1), tp=tp, rank=rank, isa=isa,
@@ -319,29 +286,6 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
                  graph_err=graph_err, untouched=untouched)
 
 
-def yardstick(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, other_tp: int = 2,
-              isa: str = "sm_90", bounds: StepBounds = BOUNDS) -> Comparison:
-    """The same judgement of a second *correct* implementation: the reference step at TP
-    `other_tp` (SGLang's own arithmetic at another TP size: per-rank bf16 partials summed
-    in rank order) against the reference at TP 1, on the same weights and tokens. What it
-    measures is the spread two right answers have on this model, the scale the step
-    bounds are read against. Host only."""
-    t0 = time.monotonic()
-    w, slots, ids = _inputs(s, rows, steps, seed)
-    st = DecodeState.fresh(w.dims, other_tp, rows + 1)
-    logits, layers = [], []
-    for x in ids:
-        trace: list = []
-        logits.append(decode_step(w, st, x, slots, tp=other_tp, isa=isa, trace=trace).float())
-        layers.append({t["layer"]: (t["expert_ids"], t["router_logits"], t["stream"]) for t in trace
-                       if t["expert_ids"] is not None})
-    live = slots.tolist()
-    ssm = {i: torch.cat([st.kda[i][r].ssm[live] for r in range(other_tp)], 1) for i in w.dims.kda_layers}
-    run = Run(logits, layers, ssm, {})  # conv windows are laid out per rank: not compared
-    return judge(f"{s.name} reference TP {other_tp} vs TP 1", w, slots, ids, run, tp=1, rank=0, isa=isa,
-                 bounds=bounds, seconds={"other": time.monotonic() - t0})
-
-
 def _world():
     import torch.distributed as dist
 
@@ -371,28 +315,3 @@ def violations(c: Comparison, b: StepBounds = BOUNDS) -> list[str]:
     if c.graph_max_abs is not None and c.graph_max_abs > b.graph_max_abs:
         out.append(f"graph replay differs from the eager run by {c.graph_max_abs:.3e} > {b.graph_max_abs}")
     return out
-
-
-def yardstick_record(c: Comparison) -> dict:
-    """The figures `StepBounds.from_yardstick` reads, from a yardstick comparison."""
-    sm = c.summary()
-    return dict(kl_max=sm["kl_max"], err_max=sm["err_max"], router_score_max_abs=sm["router_score_max_abs"],
-                ssm_cosine_min=min(m["cosine"] for k, m in c.states.items() if k.endswith(".ssm")))
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="(re)compute the yardstick of harness cases into yardstick.json")
-    ap.add_argument("--yardstick", nargs="+", required=True, metavar="SHAPE:FMT:ROWS:STEPS")
-    args = ap.parse_args(argv)
-    doc = json.loads(YARDSTICK_FILE.read_text()) if YARDSTICK_FILE.exists() else {"cases": {}}
-    for key in args.yardstick:
-        name, fmt, rows, steps = key.split(":")
-        c = yardstick(harness.shape(name, expert_format=fmt), rows=int(rows), steps=int(steps))
-        doc["cases"][key] = yardstick_record(c)
-        print(key, doc["cases"][key], flush=True)
-        YARDSTICK_FILE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

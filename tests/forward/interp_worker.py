@@ -12,10 +12,10 @@ from support.triton_interp import patch  # noqa: E402
 
 patch()
 
-from sgl_k3_mono.forward import compare, harness  # noqa: E402
+from sgl_k3_mono.forward import compare, harness, yardstick  # noqa: E402
 
 rows, steps = int(sys.argv[1]), int(sys.argv[2])
-bounds = compare.StepBounds.for_case("tiny", "bf16", rows, steps)
+bounds = yardstick.bounds_for("tiny", "bf16", rows, steps)
 c = compare.compare(harness.shape("tiny"), rows=rows, steps=steps, graph=False, device="cpu", isa="sm_90",
                     impl="triton-phased", bounds=bounds)
 print(json.dumps({**c.summary(), "violations": compare.violations(c, bounds)}, default=str), flush=True)

@@ -3,7 +3,7 @@ logits) against the reference decode step, many steps, on one GPU with no SGLang
 
 Per case: 64 decode steps (the same tokens on both sides), per row and step the
 next-token KL and the largest logit error within the case's bounds (2 times the
-yardstick: the reference at TP 2 against TP 1 on the same case, `compare.yardstick`,
+yardstick: the reference at TP 2 against TP 1 on the same case, `yardstick.yardstick`,
 recorded in forward/yardstick.json), the greedy token
 equal wherever the reference's top-2 margin exceeds the declared logit error (the count
 under the margin is printed), router scores within the declared bound at every MoE layer
@@ -40,12 +40,12 @@ CASES = [
 
 @pytest.mark.parametrize("name,fmt,rows,steps,graph", CASES, ids=[f"{c[0]}-{c[1]}-M{c[2]}" for c in CASES])
 def test_steps_match_the_reference_step(name, fmt, rows, steps, graph):
-    from sgl_k3_mono.forward import compare, harness
+    from sgl_k3_mono.forward import compare, harness, yardstick
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     torch.set_num_threads(max(1, os.cpu_count() or 1))  # the reference runs on the host
-    bounds = compare.StepBounds.for_case(name, fmt, rows, steps)
+    bounds = yardstick.bounds_for(name, fmt, rows, steps)
     c = compare.compare(harness.shape(name, expert_format=fmt), rows=rows, steps=steps, graph=graph,
                         device="cuda", isa="sm_90", bounds=bounds)
     summary = c.summary()

@@ -79,9 +79,9 @@ def test_triton_launches_interpreted_match_the_reference_step():
     """Three decode steps of 2 rows with K1 and K2 as Triton kernels (phase by phase under
     the interpreter) through `compare.compare`, the GPU test's comparison: every bound of
     the case holds (KL, logit error, greedy agreement, router scores, states: 2 times
-    the recorded yardstick, `StepBounds.for_case`). Where a
-    router near-tie flips a top-k choice the reference follows the launch's set, since
-    the launch's scores explain it (`compare.RouteFollower`)."""
+    the recorded yardstick, `yardstick.bounds_for`). Where a router near-tie flips a
+    top-k choice the reference follows the launch's set, since the launch's scores
+    explain it (`compare.RouteFollower`)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, str(HERE / "interp_worker.py"), "2", "3"], env=env,
                           capture_output=True, text=True, timeout=900)
@@ -144,12 +144,12 @@ def test_recorded_yardstick_is_what_the_reference_computes(key):
     """forward/yardstick.json is what the step bounds are read from: recompute a case (the
     reference at TP 2 against TP 1, on the host) and find the recorded figures. Max-type
     statistics move when a near-tie resolves otherwise on another CPU's BLAS, so 25 %."""
-    from sgl_k3_mono.forward import compare
+    from sgl_k3_mono.forward import yardstick
 
     name, fmt, rows, steps = key.split(":")
-    got = compare.yardstick_record(compare.yardstick(harness.shape(name, expert_format=fmt), rows=int(rows),
-                                                     steps=int(steps)))
-    want = json.loads(compare.YARDSTICK_FILE.read_text())["cases"][key]
+    run = yardstick.yardstick(harness.shape(name, expert_format=fmt), rows=int(rows), steps=int(steps))
+    got = yardstick.yardstick_record(run)
+    want = json.loads(yardstick.YARDSTICK_FILE.read_text())["cases"][key]
     for k in ("kl_max", "err_max", "router_score_max_abs"):
         assert abs(got[k] - want[k]) <= 0.25 * want[k], (k, got[k], want[k])
     assert abs((1 - got["ssm_cosine_min"]) - (1 - want["ssm_cosine_min"])) <= 0.25 * (1 - want["ssm_cosine_min"])

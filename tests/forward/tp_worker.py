@@ -14,7 +14,7 @@ os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from sgl_k3_mono.forward import compare, harness  # noqa: E402
+from sgl_k3_mono.forward import compare, harness, yardstick  # noqa: E402
 
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 torch.cuda.set_device(rank)  # before the process group
@@ -31,7 +31,7 @@ def start():
 
 
 torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
-bounds = compare.StepBounds.for_case(name, fmt, rows, steps)
+bounds = yardstick.bounds_for(name, fmt, rows, steps)
 c = compare.compare(harness.shape(name, expert_format=fmt), rows=rows, steps=steps, graph=graph,
                     device=f"cuda:{rank}", tp=world, rank=rank, group=dist.group.WORLD, bounds=bounds,
                     deadline_s=float(os.environ.get("DEADLINE_S", "20")),
