@@ -1,8 +1,8 @@
 """The standard path of a step, for `bench step`: the same step with each launch replaced
 by what SGLang's standard path runs for the same work (K1: `k1.bench.standard_k1`, the
-seam in torch, cuBLAS in-projection and SGLang's `kda_fused_decode`; K2:
-`k2.bench.standard_path`, library calls with bf16 experts), so the two steps differ in
-the launches alone. Per-layer weight layouts are prepared on entry (not timed)."""
+seam as SGLang's Triton pair (`standard_seam`), cuBLAS in-projection and SGLang's
+`kda_fused_decode`; K2: `k2.bench.standard_path`, library calls with bf16 experts), so
+the two steps differ in the launches alone. Per-layer weight layouts are prepared on entry (not timed)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def standard_launches(model: StepModel, *, top_k: int):
     from sgl_k3_mono.k1.bench import StandardK1, sglang_kda, standard_k1
     from sgl_k3_mono.k2.bench import standard_path
 
-    k1w = {lr.index: StandardK1.from_views(lr.k1) for lr in model.layers if lr.k1 is not None}
+    k1w = {lr.index: StandardK1.from_views(lr.k1, model.eps) for lr in model.layers if lr.k1 is not None}
     on_gpu = any(v.views.qkvg.is_cuda for v in k1w.values())
     op = sglang_kda()[0] if on_gpu else None  # SGLang's KDA kernel is CUDA-only
     k2w = {lr.index: standard_path(lr.k2, top_k=top_k) for lr in model.layers if lr.k2 is not None}

@@ -36,6 +36,7 @@ from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, run_k1
 from sgl_k3_mono.k1.weights import K1Weights
 from sgl_k3_mono.reference import kda
 from sgl_k3_mono.reference.ops import bf16
+from sgl_k3_mono.standard_seam import StandardSeam
 from sgl_k3_mono.timing import graph_time_us
 
 DEV = "cuda"
@@ -114,7 +115,7 @@ class Layer:
                                                                             device=DEV),
             verify_conv=t(rnd(2, 8, kw - 1, 3 * p).bfloat16()) if verify else None,
             verify_ssm=t(rnd(2, 8, h, d, d)) if verify else None, verify_index=1)
-        self.std = StandardK1.from_views(self.views)
+        self.std = StandardK1.from_views(self.views, self.plan.eps)
 
     # ---- ours ---------------------------------------------------------------------------
     def ours(self, phase: int | None = None) -> None:
@@ -136,30 +137,28 @@ class StandardK1:
     """3 x [K, P] fp32: the q, k, v conv taps."""
     conv_bias: torch.Tensor
     onorm_f32: torch.Tensor
+    seam: StandardSeam
 
     @classmethod
-    def from_views(cls, v: K1Views) -> "StandardK1":
+    def from_views(cls, v: K1Views, eps: float) -> "StandardK1":
         p = v.heads * v.head_dim
         wt = v.conv.t().contiguous()
         return cls(v, torch.cat([v.f_a, v.b]), tuple(wt[:, i * p:(i + 1) * p].contiguous() for i in range(3)),
-                   torch.zeros(3 * p, device=v.conv.device), v.o_norm.float())
+                   torch.zeros(3 * p, device=v.conv.device), v.o_norm.float(),
+                   StandardSeam(v.seam.proj, v.seam.score_norm, v.seam.out_norm, eps))
 
 
 def standard_k1(sw: StandardK1, io: K1IO, plan: K1Plan, op) -> None:
     """The standard chain for K1's work, writing what K1 writes (io.out, the pools, the bank
-    row on a block write, io.residual): the attn-res seam in torch (sm_90: SGLang's
-    2-kernel Triton fallback rounds the mix to bf16), the in-projection through cuBLAS,
+    row on a block write, io.residual): the attn-res seam (`StandardSeam`: SGLang's
+    sm_90 Triton pair where it runs), the in-projection through cuBLAS,
     then SGLang's `kda_fused_decode` (`op`; decode) or the reference's torch chain."""
     v = sw.views
     p, h, d = plan.proj, plan.heads, plan.head_dim
     pre = io.prefix if io.contribution is None else (io.prefix.float() + io.contribution.float()).bfloat16()
     if io.residual is not None:
         io.residual.copy_(pre)
-    rows = torch.cat([io.bank[:, : io.nvb], pre.unsqueeze(1)], 1).float()
-    cw = v.seam.score_norm.float() * v.seam.proj.float().reshape(-1)
-    s = (rows * cw).sum(-1) / torch.sqrt(rows.pow(2).mean(-1) + plan.eps)
-    mix = (torch.softmax(s, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
-    hn = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + plan.eps) * v.seam.out_norm.float()).bfloat16()
+    hn = sw.seam(io.bank, io.nvb, pre)
     if io.write:
         io.bank[:, io.nvb] = pre
     qkvg = F.linear(hn, v.qkvg)
@@ -225,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"
     print(f"K1 at TP 8 per-rank shapes (H {dims.hidden}, {dims.kda_heads_local} heads x {dims.kda_head_dim}), "
           f"layer {args.layer} (nvb {dims.bank_rows_at_attn(args.layer)}), grid {grid}, {args.layers} layers a replay")
-    print(f"standard = torch seam + cuBLAS F.linear in-projection + F.linear f_b + [decode: {std_decode}; "
+    seam_kind = StandardSeam(*(torch.ones(dims.hidden, device=DEV),) * 3, 1e-6).kind
+    print(f"standard = seam: {seam_kind} + cuBLAS F.linear in-projection + F.linear f_b + [decode: {std_decode}; "
           f"verify: torch reference chain]; copy bandwidth {bw:.2f} TB/s (read+write)")
     hdr = (f"{'M':>2} {'mode':>6} {'ours us':>8} {'seam':>6} {'in_proj':>8} {'kda':>6} {'std us':>8} "
            f"{'floor us':>9} {'BW frac':>8} {'speedup':>8}  plan")

@@ -6,7 +6,8 @@ measured in this run). Everything timed as CUDA-graph replays with events, media
 The standard path here is what runs on the lent H200 without SGLang's runtime:
 cuBLAS (torch.matmul) for o_proj, the merged MoE front, the shared down and the latent
 up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing in torch
-ops (sigmoid, bias, top-k, renormalise); the attn-res seam in torch; the routed
+ops (sigmoid, bias, top-k, renormalise); the attn-res seam as `StandardSeam` (SGLang's
+Triton score/combine pair, torch RMSNorm); the routed
 experts as one batched cuBLAS matmul over the touched experts in bf16 (SGLang's sm_90
 MXFP4 runners need sgl_kernel / triton_kernels builds that do not run there). So the
 like-for-like comparison is bf16 experts on both sides; MXFP4 rows are ours vs floor.
@@ -20,6 +21,7 @@ from typing import Callable, Optional
 
 import torch
 
+from sgl_k3_mono.standard_seam import StandardSeam
 from sgl_k3_mono.timing import graph_time_us
 
 
@@ -66,16 +68,13 @@ def standard_path(w, *, top_k: int):
     front = torch.cat([moe.shared_gate_up, moe.router, moe.latent_down])  # SGLang's merged _front_w
     s2, e = moe.shared_gate_up.shape[0], moe.router.shape[0]
     w13, w2 = moe.experts.w13, moe.experts.w2
-    cw = w.mlp_res_norm.float() * w.mlp_res_proj.float().reshape(-1)
     eps = moe.params.eps
+    seam = StandardSeam(w.mlp_res_proj, w.mlp_res_norm, w.post_attention_layernorm, eps)
 
     def run(attn, bank, nvb, prefix, out):
         a = attn @ w.o_proj.t()
         p = a if prefix is None else (prefix.float() + a.float()).bfloat16()
-        rows = torch.cat([bank[:, :nvb], p.unsqueeze(1)], 1).float()
-        sc = (rows * cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + eps)
-        mix = (torch.softmax(sc, -1).unsqueeze(-1) * rows).sum(1).bfloat16().float()
-        h2 = (mix * torch.rsqrt(mix.pow(2).mean(-1, keepdim=True) + eps) * w.post_attention_layernorm.float()).bfloat16()
+        h2 = seam(bank, nvb, p)
         f = h2 @ front.t()
         gu, logits, xin = f[:, :s2], f[:, s2:s2 + e].float(), f[:, s2 + e:]
         shared = situ(gu) @ moe.shared_down.t()
@@ -113,7 +112,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {copy_bw:.0f} GB/s, "
           f"read bandwidth {bw:.0f} GB/s (the floor uses this); "
-          f"standard path SiTU: {_situ_op()[1]}")
+          f"standard path SiTU: {_situ_op()[1]}; seam: "
+          f"{StandardSeam(*(torch.ones(d.hidden, device='cuda'),) * 3, 1e-6).kind}")
     results = []
     for fmt in fmts:
         w = random_k2_weights(d, fmt=fmt, device="cuda", seed=1)

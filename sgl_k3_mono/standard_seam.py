@@ -1,0 +1,59 @@
+"""The attention-residual seam as SGLang's standard path runs it on sm_90, for the
+benchmarks' standard columns (never served).
+
+SGLang 0.5.23 on sm_90 (`srt/layers/attn_residual.py`: `_use_fast` is false below SM100
+and `_use_hip_fused` off ROCm) runs `_mix_fused`, a score kernel and a combine kernel in
+Triton that store the pre-norm mixture as bf16, then the output RMSNorm. The Triton pair
+is SGLang's own and runs wherever Triton does (the kit on the lent GPU); it needs H a
+multiple of its 1024-wide block (Kimi-K3: 7168). SGLang's RMSNorm is a CUDA kernel from
+sgl_kernel, not on the lent machine, so the norm is torch (same rounding: fp32 math on
+the bf16 mixture, one rounding). Where the pair cannot run, the whole seam is torch and
+`kind` says so.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _Weights:
+    """What SGLang's `get_cw` and kernels read off its ReplicatedLinear / RMSNorm modules."""
+
+    def __init__(self, weight: torch.Tensor, eps: float | None = None):
+        self.weight = weight
+        self.variance_epsilon = eps
+
+
+def _sglang_mix(hidden: int, device: torch.device):
+    if device.type != "cuda":
+        return None
+    try:
+        from sglang.srt.layers import attn_residual
+    except Exception:  # no SGLang (kit) here
+        return None
+    return attn_residual._mix_fused if hidden % attn_residual._BLOCK_H == 0 else None
+
+
+class StandardSeam:
+    """out_norm(softmax-weighted mix of bank rows 0..nvb-1 and the prefix) -> bf16 [M, H],
+    for one layer's seam weights (proj [1, H] or [H], score_norm [H], out_norm [H])."""
+
+    def __init__(self, proj: torch.Tensor, score_norm: torch.Tensor, out_norm: torch.Tensor, eps: float,
+                 *, use_sglang: bool = True):
+        self.eps, self.out_norm = eps, out_norm.float()
+        self.cw = score_norm.float() * proj.float().reshape(-1)
+        self._proj, self._norm = _Weights(proj.reshape(1, -1)), _Weights(score_norm, eps)
+        self._mix = _sglang_mix(proj.numel(), proj.device) if use_sglang else None
+        self.kind = "SGLang _mix_fused (Triton) + torch RMSNorm" if self._mix is not None else "torch"
+
+    def mix(self, bank: torch.Tensor, nvb: int, prefix: torch.Tensor) -> torch.Tensor:
+        """The pre-norm mixture, bf16 (SGLang stores it so)."""
+        if self._mix is not None:
+            return self._mix(prefix, bank, nvb, self._proj, self._norm)
+        rows = torch.cat([bank[:, :nvb], prefix.unsqueeze(1)], 1).float()
+        s = (rows * self.cw).sum(-1) * torch.rsqrt(rows.pow(2).mean(-1) + self.eps)
+        return (torch.softmax(s, -1).unsqueeze(-1) * rows).sum(1).bfloat16()
+
+    def __call__(self, bank: torch.Tensor, nvb: int, prefix: torch.Tensor) -> torch.Tensor:
+        m = self.mix(bank, nvb, prefix).float()
+        return (m * torch.rsqrt(m.pow(2).mean(-1, keepdim=True) + self.eps) * self.out_norm).bfloat16()
