@@ -34,6 +34,13 @@ def _sglang_mix(hidden: int, device: torch.device):
     return attn_residual._mix_fused if hidden % attn_residual._BLOCK_H == 0 else None
 
 
+def seam_kind(hidden: int, device) -> str:
+    """What `StandardSeam` runs for this width on this device."""
+    if _sglang_mix(hidden, torch.device(device)) is not None:
+        return "SGLang _mix_fused (Triton) + torch RMSNorm"
+    return "torch"
+
+
 class StandardSeam:
     """out_norm(softmax-weighted mix of bank rows 0..nvb-1 and the prefix) -> bf16 [M, H],
     for one layer's seam weights (proj [1, H] or [H], score_norm [H], out_norm [H])."""
@@ -44,7 +51,7 @@ class StandardSeam:
         self.cw = score_norm.float() * proj.float().reshape(-1)
         self._proj, self._norm = _Weights(proj.reshape(1, -1)), _Weights(score_norm, eps)
         self._mix = _sglang_mix(proj.numel(), proj.device) if use_sglang else None
-        self.kind = "SGLang _mix_fused (Triton) + torch RMSNorm" if self._mix is not None else "torch"
+        self.kind = seam_kind(proj.numel(), proj.device) if use_sglang else "torch"
 
     def mix(self, bank: torch.Tensor, nvb: int, prefix: torch.Tensor) -> torch.Tensor:
         """The pre-norm mixture, bf16 (SGLang stores it so)."""

@@ -4,8 +4,9 @@ dense layer 0, MoE layers, one MLA layer), timed as CUDA-graph replays in one ru
 M = 1, 2, 4, 8:
 - ours: the step with the K1 / K2 launches;
 - standard: the same step with each launch replaced by the standard path's composition
-  for the same work (`forward.standard`: torch seam, cuBLAS, SGLang's KDA decode kernel,
-  library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to compose);
+  for the same work (`forward.standard`: SGLang's seam kernels, cuBLAS, SGLang's KDA
+  decode kernel, library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to
+  compose);
 - bare: the step with the launches replaced by no-ops (what the harness's torch MLA,
   layer 0, seams and logits cost, identical in both);
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
@@ -116,18 +117,10 @@ def _experts_touched(step) -> dict:
 
     from sgl_k3_mono.forward import launches
 
-    inner, seen = launches.k2, {}
-
-    def k2(plan_, bufs_, w_, attn, nvb, prefix, out, *, layer):
-        res = inner(plan_, bufs_, w_, attn, nvb, prefix, out, layer=layer)
-        seen[layer] = int(torch.unique(bufs_.k2.scratch.ids).numel())
-        return res
-
-    launches.k2 = k2
-    try:
+    seen = {}
+    with launches.after_k2(lambda layer, bufs, out: seen.__setitem__(
+            layer, int(torch.unique(bufs.k2.scratch.ids).numel()))):
         step()
-    finally:
-        launches.k2 = inner
     return seen
 
 

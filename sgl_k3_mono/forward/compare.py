@@ -240,25 +240,17 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     n_slots = rows + 1
     state = harness.HarnessState.fresh(wd, slots, n_slots, steps + 1, device, tp=tp)
     hooks = harness.HarnessHooks(wd, state, slots, isa=isa, rank=rank, tp=tp, group=group)
-    record: dict = {}
-    inner = launches.k2
-
-    def k2(plan_, bufs_, w_, attn_out, nvb, prefix, out, *, layer):
-        res = inner(plan_, bufs_, w_, attn_out, nvb, prefix, out, layer=layer)
-        sc = bufs_.k2.scratch
-        record[layer] = tuple(t.to("cpu", copy=True) for t in (sc.ids.long(), sc.logits, out.float()))
-        return res
-
     ours, our_layers = [], []
+
+    def record(layer, bufs_, out):
+        sc = bufs_.k2.scratch
+        our_layers[-1][layer] = tuple(t.to("cpu", copy=True) for t in (sc.ids.long(), sc.logits, out.float()))
+
     t0 = time.monotonic()
-    launches.k2 = k2
-    try:
+    with launches.after_k2(record):
         for x in ids:
-            record = {}
+            our_layers.append({})
             ours.append(run_step(model, plan, bufs, hooks, x.to(device), deadline_s=deadline_s).float().cpu())
-            our_layers.append(record)
-    finally:
-        launches.k2 = inner
     sec["ours_eager"] = time.monotonic() - t0
     live = slots.tolist()
     run = Run(ours, our_layers, {i: state.kda[i].ssm_pool[live].cpu() for i in w.dims.kda_layers},

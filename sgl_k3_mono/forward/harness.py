@@ -176,14 +176,19 @@ class HarnessHooks:
         self.slots = slots.to(w.embed.device).long()
         self.mla_w = {i: w.layers[i].mla.shard(rank, tp) for i in w.dims.mla_layers}
 
-    def _reduce(self, part: torch.Tensor) -> torch.Tensor:
-        """bf16(fp32 rank-order sum of every rank's bf16 partial)."""
-        if self.tp == 1:
-            return part
+    def _gather(self, part: torch.Tensor) -> torch.Tensor:
+        """Every rank's `part`, stacked in rank order [tp, ...]."""
         import torch.distributed as dist
 
         parts = part.new_empty((self.tp, *part.shape))
         dist.all_gather_into_tensor(parts, part.contiguous(), group=self.group)
+        return parts
+
+    def _reduce(self, part: torch.Tensor) -> torch.Tensor:
+        """bf16(fp32 rank-order sum of every rank's bf16 partial)."""
+        if self.tp == 1:
+            return part
+        parts = self._gather(part)
         acc = parts[0].float()
         for r in range(1, self.tp):
             acc = acc + parts[r].float()
@@ -220,11 +225,7 @@ class HarnessHooks:
         local = bf16(hidden.float() @ self.w.lm_head[self.rank * vl : (self.rank + 1) * vl].float().t())
         if self.tp == 1:
             return local
-        import torch.distributed as dist
-
-        parts = local.new_empty((self.tp, *local.shape))
-        dist.all_gather_into_tensor(parts, local.contiguous(), group=self.group)
-        return parts.permute(1, 0, 2).reshape(local.shape[0], -1)
+        return self._gather(local).permute(1, 0, 2).reshape(local.shape[0], -1)
 
 
 def mla_masked(w: MLAWeights, h: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,8 @@ says so otherwise (fail closed: never a silent substitute).
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+from typing import Callable, Optional
 
 import torch
 
@@ -59,3 +60,22 @@ def k2(plan: StepPlan, bufs: StepBuffers, w: K2RankWeights, attn_out: torch.Tens
     launch = bufs.k2_for(attn_out.shape[1])
     return launch(w, attn_out, bufs.bank, nvb, prefix, out, layer=layer,
                   phase="all" if plan.impl == "triton-phased" else None)
+
+
+@contextlib.contextmanager
+def after_k2(hook: Callable[[int, StepBuffers, torch.Tensor], None]):
+    """Within the block, `hook(layer, bufs, out)` runs after every K2 launch of a step (eager
+    only: a test or benchmark reading what the launch left in its scratch)."""
+    global k2
+    inner = k2
+
+    def recorded(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
+        res = inner(plan, bufs, w, attn_out, nvb, prefix, out, layer=layer)
+        hook(layer, bufs, out)
+        return res
+
+    k2 = recorded
+    try:
+        yield
+    finally:
+        k2 = inner

@@ -2,7 +2,8 @@
 by what SGLang's standard path runs for the same work (K1: `k1.bench.standard_k1`, the
 seam as SGLang's Triton pair (`standard_seam`), cuBLAS in-projection and SGLang's
 `kda_fused_decode`; K2: `k2.bench.standard_path`, library calls with bf16 experts), so
-the two steps differ in the launches alone. Per-layer weight layouts are prepared on entry (not timed)."""
+the two steps differ in the launches alone. Per-layer weight layouts are prepared on
+entry (not timed)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def standard_launches(model: StepModel, *, top_k: int):
     saved = launches.k1, launches.k2
     launches.k1, launches.k2 = k1, k2
     try:
-        yield "SGLang kda_fused_decode" if op is not None else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)"
+        yield ("SGLang kda_fused_decode" if op is not None
+               else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)")
     finally:
         launches.k1, launches.k2 = saved

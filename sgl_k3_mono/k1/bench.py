@@ -36,7 +36,7 @@ from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, run_k1
 from sgl_k3_mono.k1.weights import K1Weights
 from sgl_k3_mono.reference import kda
 from sgl_k3_mono.reference.ops import bf16
-from sgl_k3_mono.standard_seam import StandardSeam
+from sgl_k3_mono.standard_seam import StandardSeam, seam_kind
 from sgl_k3_mono.timing import graph_time_us
 
 DEV = "cuda"
@@ -224,9 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"
     print(f"K1 at TP 8 per-rank shapes (H {dims.hidden}, {dims.kda_heads_local} heads x {dims.kda_head_dim}), "
           f"layer {args.layer} (nvb {dims.bank_rows_at_attn(args.layer)}), grid {grid}, {args.layers} layers a replay")
-    seam_kind = StandardSeam(*(torch.ones(dims.hidden, device=DEV),) * 3, 1e-6).kind
-    print(f"standard = seam: {seam_kind} + cuBLAS F.linear in-projection + F.linear f_b + [decode: {std_decode}; "
-          f"verify: torch reference chain]; copy bandwidth {bw:.2f} TB/s (read+write)")
+    print(f"standard = seam: {seam_kind(dims.hidden, DEV)} + cuBLAS F.linear in-projection + F.linear f_b + "
+          f"[decode: {std_decode}; verify: torch reference chain]; copy bandwidth {bw:.2f} TB/s (read+write)")
     hdr = (f"{'M':>2} {'mode':>6} {'ours us':>8} {'seam':>6} {'in_proj':>8} {'kda':>6} {'std us':>8} "
            f"{'floor us':>9} {'BW frac':>8} {'speedup':>8}  plan")
     print(hdr)

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 
 import torch
 
-from sgl_k3_mono.standard_seam import StandardSeam
+from sgl_k3_mono.standard_seam import StandardSeam, seam_kind
 from sgl_k3_mono.timing import graph_time_us
 
 
@@ -113,7 +113,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {copy_bw:.0f} GB/s, "
           f"read bandwidth {bw:.0f} GB/s (the floor uses this); "
           f"standard path SiTU: {_situ_op()[1]}; seam: "
-          f"{StandardSeam(*(torch.ones(d.hidden, device='cuda'),) * 3, 1e-6).kind}")
+          f"{seam_kind(d.hidden, 'cuda')}")
     results = []
     for fmt in fmts:
         w = random_k2_weights(d, fmt=fmt, device="cuda", seed=1)
