@@ -210,9 +210,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stages", type=int, default=None)
     ap.add_argument("--config", default="kimi-k3")
     ap.add_argument("--seam-tile", action="store_true", help="the one-pass tiled seam (K1Plan.seam_tile)")
-    ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings (sweeps)")
-    ap.add_argument("--prefetch", default=None,
-                    help="K1Plan.prefetch_bytes values to compare, e.g. 0,4096,7168 (default: the plan's)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench k1: needs a CUDA GPU", file=sys.stderr)
@@ -232,25 +229,22 @@ def main(argv: list[str] | None = None) -> int:
     hdr = (f"{'M':>2} {'mode':>6} {'ours us':>8} {'seam':>6} {'in_proj':>8} {'kda':>6} {'std us':>8} "
            f"{'floor us':>9} {'BW frac':>8} {'speedup':>8}  plan")
     print(hdr)
-    prefetches = [None] if args.prefetch is None else [int(x) for x in args.prefetch.split(",")]
-    for mode, m, pf in ((mode, m, pf) for mode in args.modes.split(",")
-                        for m in (int(x) for x in args.rows.split(",")) for pf in prefetches):
-        tiles_m = tiles if pf is None else {**tiles, "prefetch_bytes": pf}
-        layers = [Layer(dims, args.layer, m, mode, seed=1000 * m + i, grid=grid, tiles=tiles_m)
-                  for i in range(args.layers)]
-        n = len(layers)
-        ours = _graph_time_us(lambda: [L.ours() for L in layers], args.reps, n)
-        phases = [float("nan")] * 3 if args.no_phases else \
-            [_graph_time_us(lambda ph=ph: [L.ours(ph) for L in layers], args.reps, n) for ph in (0, 1, 2)]
-        std = _graph_time_us(lambda: [L.standard(op) for L in layers], args.reps, n)
-        floor = k1_bytes(dims, args.layer, m, "decode" if mode == "decode" else "target_verify").total \
-            / (bw * 1e12) * 1e6
-        cx = layers[0].plan.constexprs()
-        print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
-              f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
-              f"stages={cx['NUM_STAGES']} NV={cx['NV']} prefetch={layers[0].plan.prefetch_bytes}", flush=True)
-        del layers
-        torch.cuda.empty_cache()
+    for mode in args.modes.split(","):
+        for m in (int(x) for x in args.rows.split(",")):
+            layers = [Layer(dims, args.layer, m, mode, seed=1000 * m + i, grid=grid, tiles=tiles)
+                      for i in range(args.layers)]
+            n = len(layers)
+            ours = _graph_time_us(lambda: [L.ours() for L in layers], args.reps, n)
+            phases = [_graph_time_us(lambda ph=ph: [L.ours(ph) for L in layers], args.reps, n) for ph in (0, 1, 2)]
+            std = _graph_time_us(lambda: [L.standard(op) for L in layers], args.reps, n)
+            floor = k1_bytes(dims, args.layer, m, "decode" if mode == "decode" else "target_verify").total \
+                / (bw * 1e12) * 1e6
+            cx = layers[0].plan.constexprs()
+            print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
+                  f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
+                  f"stages={cx['NUM_STAGES']} NV={cx['NV']}", flush=True)
+            del layers
+            torch.cuda.empty_cache()
     return 0
 
 

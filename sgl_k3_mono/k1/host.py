@@ -30,7 +30,6 @@ from sgl_k3_mono.k1.reference import MAX_ROWS, MODES, KDAState, SeamInput, Verif
 from sgl_k3_mono.k1.weights import K1LocalWeights
 from sgl_k3_mono.reference.attn_res import ISAS, SeamWeights
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
-from sgl_k3_mono.runtime.prefetch import fit_prefetch
 
 IMPLS = ("triton", "reference", "flydsl")
 """flydsl: the FlyDSL K1 (k1/flydsl/, gfx950, the default there: sgl_k3_mono.kernels.choose),
@@ -115,10 +114,6 @@ class K1Plan:
     seam_tile: bool = False
     """Seam with all mixed rows of a chunk loaded at once (one scoring pass instead of one
     a bank row). Opt-in until timed on the H200 (docs/evidence/k1-sm90.md)."""
-    prefetch_bytes: int = 0
-    """sm_90: bytes at the head of each in-projection weight row that every program asks L2
-    for while the seam runs (runtime/prefetch.py); 0: none. Rounded down to 16, capped at
-    the row; off for weights that are not 16-byte aligned."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -428,8 +423,7 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
         sc.sync, sc.record.address, deadline_ns(deadline_s), stall_phase, plan.rank, layer,
         plan.rows,
     )
-    flags = dict(HAS_CONTRIB=io.contribution is not None, WRITE_BANK=bool(io.write), WRITE_RESID=write_resid,
-                 PF_BYTES=fit_prefetch(plan.prefetch_bytes, views.qkvg, views.f_a, views.b))
+    flags = dict(HAS_CONTRIB=io.contribution is not None, WRITE_BANK=bool(io.write), WRITE_RESID=write_resid)
     return args, dict(**cx, **flags, num_warps=plan.num_warps)
 
 

@@ -16,7 +16,6 @@ import torch
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
-from sgl_k3_mono.runtime.prefetch import blocks_prefetchable, fit_prefetch
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
@@ -233,20 +232,6 @@ def default_tiles(rows: int) -> dict:
     return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=4)
 
 
-def _next_prefetchable(w: K2RankWeights, b: dict, mxfp4: bool) -> bool:
-    """Whether the kernel's next-item prefetch (PF_NEXT) can take these weights: its bulk
-    requests span whole tiles, so every weight's rows must be contiguous and 16-byte
-    aligned at each tile start, and the dense weights bf16 (the kernel's row bytes)."""
-    moe, ex = w.moe, w.moe.experts
-    dense = (w.o_proj, moe.shared_gate_up, moe.router, moe.latent_down, moe.shared_down, moe.latent_up)
-    if any(t.dtype != torch.bfloat16 for t in dense):
-        return False
-    blocks = [(t, b["BN"]) for t in dense] + [(ex.w13, b["BI"]), (ex.w2, b["BL"])]
-    if mxfp4:
-        blocks += [(ex.w13_scale, b["BI"]), (ex.w2_scale, b["BL"])]
-    return blocks_prefetchable(*blocks)
-
-
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int) -> dict:
     """Tiles a model's widths can take: the dense output tile BN must divide every
     segment of the front (shared gate/up, router, latent down) and the hidden width; the
@@ -389,10 +374,6 @@ class K2Launch:
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
-            PF_FRONT=fit_prefetch(b.get("PF_FRONT", 0), moe.shared_gate_up, moe.router, moe.latent_down),
-            PF_SD=fit_prefetch(b.get("PF_SD", 0), moe.shared_down),
-            PF_UP=fit_prefetch(b.get("PF_UP", 0), moe.latent_up),
-            PF_NEXT=bool(b.get("PF_NEXT", 0)) and not self.hip and _next_prefetchable(w, b, pl.mxfp4),
         )
         return args, meta
 

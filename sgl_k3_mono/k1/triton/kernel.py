@@ -36,7 +36,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.prefetch import prefetch_matrix_l2
 from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
 
 PHASES = ("seam", "in_proj", "kda")
@@ -435,7 +434,6 @@ def k1_kernel(
     BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr, NUM_STAGES: tl.constexpr,
     NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
     PHASE: tl.constexpr, HIP: tl.constexpr = False, SEAM_TILE: tl.constexpr = False,
-    PF_BYTES: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -445,11 +443,6 @@ def k1_kernel(
     if PHASE == -1:
         t0 = now_ns(HIP)
         maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
-        # while the seam runs on M programs, the grid asks L2 for the head of every
-        # in-projection weight row (runtime/prefetch.py): phase 1 then starts on L2 hits
-        prefetch_matrix_l2(pid, nprog, wq_ptr, s_wq, 4 * P, PF_BYTES, 32, HIP)
-        prefetch_matrix_l2(pid, nprog, wf_ptr, s_wf, D, PF_BYTES, 32, HIP)
-        prefetch_matrix_l2(pid, nprog, wb_ptr, s_wb, HL, PF_BYTES, 32, HIP)
     if (PHASE == -1) or (PHASE == 0):
         if SEAM_TILE:
             _phase_seam_tiled(pid, nprog, M, nvb, eps,

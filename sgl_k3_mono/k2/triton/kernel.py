@@ -33,7 +33,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.prefetch import prefetch_block_l2, prefetch_matrix_l2
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
@@ -265,69 +264,6 @@ def _nth_expert(ids, first, number, n):
     return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
 
 
-# ---------------------------------------------------------------------------------------
-# L2 prefetch of the next work item (PF_NEXT; runtime/prefetch.py). A program asks for
-# the weights of its next item (and, where the inputs allow, of the next phase's first
-# item) as one bulk request each, then computes the current one: the bulk engine keeps
-# HBM busy while the loop's own loads wait on latency. The host turns PF_NEXT on only
-# for bf16 dense weights and contiguous, 16-byte aligned rows (k2/host.py).
-
-@triton.jit
-def _pf_dense_tile(w_ptr, s_w, r0, ROWS: tl.constexpr, K: tl.constexpr, HIP: tl.constexpr):
-    """Rows r0 .. r0+ROWS-1 of a bf16 weight [N, K]."""
-    prefetch_block_l2(w_ptr + r0 * s_w, ROWS * K * 2, HIP)
-
-
-@triton.jit
-def _pf_front_tile(tile, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn,
-                   S2: tl.constexpr, E: tl.constexpr, H: tl.constexpr, BN: tl.constexpr, HIP: tl.constexpr):
-    n0 = tile * BN
-    if n0 < S2:
-        _pf_dense_tile(wgu_ptr, s_wgu, n0, BN, H, HIP)
-    elif n0 < S2 + E:
-        _pf_dense_tile(wr_ptr, s_wr, n0 - S2, BN, H, HIP)
-    else:
-        _pf_dense_tile(wdn_ptr, s_wdn, n0 - S2 - E, BN, H, HIP)
-
-
-@triton.jit
-def _pf_up_item(item, ids, first, number, w13_ptr, s13_e, s13_n, sc13_ptr, ssc13_e, ssc13_n,
-                I: tl.constexpr, I_UP: tl.constexpr, L: tl.constexpr, BI: tl.constexpr, MXFP4: tl.constexpr,
-                HIP: tl.constexpr):
-    """Gate and up rows (and their scales) of expert item `item` of phase 4."""
-    NT: tl.constexpr = I // BI
-    e = _nth_expert(ids, first, number, item // NT).to(tl.int64)
-    i0 = (item % NT) * BI
-    w = w13_ptr + e * s13_e
-    if MXFP4:
-        prefetch_block_l2(w + i0 * s13_n, BI * (L // 2), HIP)
-        prefetch_block_l2(w + (I_UP + i0) * s13_n, BI * (L // 2), HIP)
-        sc = sc13_ptr + e * ssc13_e
-        prefetch_block_l2(sc + i0 * ssc13_n, BI * (L // 32), HIP)
-        prefetch_block_l2(sc + (I_UP + i0) * ssc13_n, BI * (L // 32), HIP)
-    else:
-        prefetch_block_l2(w + i0 * s13_n, BI * L * 2, HIP)
-        prefetch_block_l2(w + (I_UP + i0) * s13_n, BI * L * 2, HIP)
-
-
-@triton.jit
-def _pf_down_item(item, n_routed, ids, first, number, w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e, ssc2_n, wsd_ptr, s_wsd,
-                  I: tl.constexpr, L: tl.constexpr, S2: tl.constexpr, BL: tl.constexpr, BN: tl.constexpr,
-                  MXFP4: tl.constexpr, HIP: tl.constexpr):
-    """Down rows (and scales) of item `item` of phase 5: a routed expert's L tile, or a
-    tile of the shared experts' down projection."""
-    if item < n_routed:
-        NT: tl.constexpr = L // BL
-        e = _nth_expert(ids, first, number, item // NT).to(tl.int64)
-        l0 = (item % NT) * BL
-        if MXFP4:
-            prefetch_block_l2(w2_ptr + e * s2_e + l0 * s2_n, BL * (I // 2), HIP)
-            prefetch_block_l2(sc2_ptr + e * ssc2_e + l0 * ssc2_n, BL * (I // 32), HIP)
-        else:
-            prefetch_block_l2(w2_ptr + e * s2_e + l0 * s2_n, BL * I * 2, HIP)
-    else:
-        _pf_dense_tile(wsd_ptr, s_wsd, (item - n_routed) * BN, BN, S2 // 2, HIP)
-
 @triton.jit
 def _publish(flag_ptr, rank, slot, tag, pid):
     """Program 0, after the grid barrier: this rank's partials of `slot` are ready. The
@@ -378,7 +314,6 @@ def k2_kernel(
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0,
-    PF_FRONT: tl.constexpr = 0, PF_SD: tl.constexpr = 0, PF_UP: tl.constexpr = 0, PF_NEXT: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -386,7 +321,6 @@ def k2_kernel(
     # MXFP4 experts on the tensor cores read their inputs (the routed latent, the
     # activations) in the planar layout of _planar; the FMA paths read rows as they are
     PLANAR: tl.constexpr = MXFP4 and not EXPERT_GEMV
-    PF: tl.constexpr = PF_NEXT and PERSISTENT  # prefetches only where the phases follow in one launch
     t0 = 0
     if PERSISTENT:
         t0 = now_ns(HIP)
@@ -403,12 +337,7 @@ def k2_kernel(
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
             maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        if PF:
-            _pf_dense_tile(wo_ptr, s_wo, pid * BN, BN, A, HIP)
         for tile in range(pid, H // BN, nprog):
-            if PF:
-                if tile + nprog < H // BN:
-                    _pf_dense_tile(wo_ptr, s_wo, (tile + nprog) * BN, BN, A, HIP)
             acc = _dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
                             BM, BN, BK, STAGES, DENSE_GEMV)
             rn = tile * BN + tl.arange(0, BN)
@@ -424,14 +353,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
             maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-            # the seam runs on M programs: the grid asks L2 for the head of each front
-            # weight row meanwhile (runtime/prefetch.py), so phase 2 starts on L2 hits
-            prefetch_matrix_l2(pid, nprog, wgu_ptr, s_wgu, S2, PF_FRONT, 32, HIP)
-            prefetch_matrix_l2(pid, nprog, wr_ptr, s_wr, E, PF_FRONT, 32, HIP)
-            prefetch_matrix_l2(pid, nprog, wdn_ptr, s_wdn, L, PF_FRONT, 32, HIP)
-            if PF:
-                if pid < (S2 + E + L) // BN:
-                    _pf_front_tile(pid, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn, S2, E, H, BN, HIP)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
@@ -482,9 +403,6 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, (S2 + E + L) // BN, nprog):
-            if PF:
-                if tile + nprog < (S2 + E + L) // BN:
-                    _pf_front_tile(tile + nprog, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn, S2, E, H, BN, HIP)
             n0 = tile * BN
             acc = tl.zeros((BM, BN), tl.float32)
             rn = tl.arange(0, BN)
@@ -512,10 +430,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 3:
         if PERSISTENT:
             maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-            # routing runs on M programs: meanwhile the heads of the rows phases 5 (shared
-            # down) and 8 (latent up) read, which do not depend on the routes
-            prefetch_matrix_l2(pid, nprog, wsd_ptr, s_wsd, H, PF_SD, 32, HIP)
-            prefetch_matrix_l2(pid, nprog, wup_ptr, s_wup, H, PF_UP, 32, HIP)
         for r in range(pid, M, nprog):
             ids, wts = _route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
@@ -529,18 +443,7 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
-        if PF:  # this program's first items of phases 4 and 5 (both known once routed)
-            if pid < n_e * (I // BI):
-                _pf_up_item(pid, ids, first, number, w13_ptr, s13_e, s13_n, sc13_ptr, ssc13_e, ssc13_n,
-                            I, I_UP, L, BI, MXFP4, HIP)
-            if pid < n_e * (L // BL) + H // BN:
-                _pf_down_item(pid, n_e * (L // BL), ids, first, number, w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e,
-                              ssc2_n, wsd_ptr, s_wsd, I, L, S2, BL, BN, MXFP4, HIP)
         for item in range(pid, n_e * (I // BI), nprog):
-            if PF:
-                if item + nprog < n_e * (I // BI):
-                    _pf_up_item(item + nprog, ids, first, number, w13_ptr, s13_e, s13_n, sc13_ptr, ssc13_e,
-                                ssc13_n, I, I_UP, L, BI, MXFP4, HIP)
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e = _nth_expert(ids, first, number, n).to(tl.int64)
@@ -598,10 +501,6 @@ def k2_kernel(
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
         for item in range(pid, n_routed + H // BN, nprog):
-            if PF:
-                if item + nprog < n_routed + H // BN:
-                    _pf_down_item(item + nprog, n_routed, ids, first, number, w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e,
-                                  ssc2_n, wsd_ptr, s_wsd, I, L, S2, BL, BN, MXFP4, HIP)
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
@@ -669,9 +568,6 @@ def k2_kernel(
                         acc = tl.dot(a, tl.trans(w), acc)
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
-        if PF:  # the first latent-up tile, ahead of combine (and the reduce's wait at TP > 1)
-            if pid < H // BN:
-                _pf_dense_tile(wup_ptr, s_wup, pid * BN, BN, L, HIP)
         if PERSISTENT:
             grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
 
@@ -726,9 +622,6 @@ def k2_kernel(
             ssq += tl.sum(lat * lat, axis=1)
         rstd = 1.0 / tl.sqrt(ssq / L + EPS)
         for tile in range(pid, H // BN, nprog):
-            if PF:
-                if tile + nprog < H // BN:
-                    _pf_dense_tile(wup_ptr, s_wup, (tile + nprog) * BN, BN, L, HIP)
             rn = tile * BN + tl.arange(0, BN)
             acc = tl.zeros((BM, BN), tl.float32)
             if DENSE_GEMV:
