@@ -174,7 +174,18 @@ class HarnessHooks:
         self.w, self.state, self.isa = w, state, isa
         self.rank, self.tp, self.group = rank, tp, group
         self.slots = slots.to(w.embed.device).long()
-        self.mla_w = {i: w.layers[i].mla.shard(rank, tp) for i in w.dims.mla_layers}
+        # The reference math multiplies in fp32 (`w.float()`): the weights are widened once
+        # here, not on every step (the same values, so the same products; a per-step widening
+        # copy of every projection cost the bench step ~0.7 ms at real width)
+        self.mla_w = {i: _widened(w.layers[i].mla.shard(rank, tp)) for i in w.dims.mla_layers}
+        self.dense_w = {}
+        for i, lw in enumerate(w.layers):
+            if lw.dense is not None:  # o_proj is row parallel: this rank's columns, contiguous
+                pl = lw.dense.o_proj.shape[1] // tp
+                d = _widened(lw.dense)
+                self.dense_w[i] = dataclasses.replace(d, o_proj=d.o_proj[:, rank * pl : (rank + 1) * pl].contiguous())
+        vl = w.lm_head.shape[0] // tp
+        self.lm_head = w.lm_head[rank * vl : (rank + 1) * vl].float()
 
     def _gather(self, part: torch.Tensor) -> torch.Tensor:
         """Every rank's `part`, stacked in rank order [tp, ...]."""
@@ -211,21 +222,25 @@ class HarnessHooks:
         return mla_masked(w, h, rows, valid).to(torch.bfloat16)
 
     def dense(self, layer, attn_out, bank, nvb, prefix):
-        d, dims = self.w.layers[layer].dense, self.w.dims
-        pl = attn_out.shape[1]
-        o_proj = d.o_proj[:, self.rank * pl : (self.rank + 1) * pl]
-        a = self._reduce(bf16(attn_out.float() @ o_proj.float().t()).to(torch.bfloat16)).float()
+        d, dims = self.dense_w[layer], self.w.dims
+        a = self._reduce(bf16(attn_out.float() @ d.o_proj.t()).to(torch.bfloat16)).float()
         fs = ffn_seam(bank, nvb, prefix, a, d.ffn_seam, dims.rms_eps, isa=self.isa)
         add = self._reduce(dense_partial(d, fs.normed, dims, self.tp, self.rank).to(torch.bfloat16))
         return fs.prefix.to(torch.bfloat16), add
 
     def final(self, hidden: torch.Tensor) -> torch.Tensor:
         self.state.lengths.index_add_(0, self.slots, torch.ones_like(self.slots))
-        vl = self.w.lm_head.shape[0] // self.tp
-        local = bf16(hidden.float() @ self.w.lm_head[self.rank * vl : (self.rank + 1) * vl].float().t())
+        local = bf16(hidden.float() @ self.lm_head.t())
         if self.tp == 1:
             return local
         return self._gather(local).permute(1, 0, 2).reshape(local.shape[0], -1)
+
+
+def _widened(obj):
+    """A weight dataclass with its bf16 tensors as fp32 (exact), other fields as they are."""
+    return dataclasses.replace(obj, **{f.name: getattr(obj, f.name).float() for f in dataclasses.fields(obj)
+                                       if isinstance(getattr(obj, f.name), torch.Tensor)
+                                       and getattr(obj, f.name).dtype == torch.bfloat16})
 
 
 def mla_masked(w: MLAWeights, h: torch.Tensor, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:

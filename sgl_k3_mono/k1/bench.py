@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-k", type=int, default=None)
     ap.add_argument("--stages", type=int, default=None)
     ap.add_argument("--config", default="kimi-k3")
-    ap.add_argument("--seam-tile", action="store_true", help="the one-pass tiled seam (K1Plan.seam_tile)")
+    ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
+    ap.add_argument("--seam-single", action="store_true",
+                    help="one program a row for the seam (K1Plan.seam_split off), for comparison")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench k1: needs a CUDA GPU", file=sys.stderr)
@@ -217,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     dims = K3Dims.from_config(load_text_config(args.config), tp=8)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
     tiles = {k: v for k, v in (("block_k", args.block_k), ("num_stages", args.stages)) if v is not None}
-    if args.seam_tile:
-        tiles["seam_tile"] = True
+    if args.seam_single:
+        tiles["seam_split"] = False
     op, why = sglang_kda()
     bw = copy_bandwidth_tb_s()
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"
@@ -235,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
                       for i in range(args.layers)]
             n = len(layers)
             ours = _graph_time_us(lambda: [L.ours() for L in layers], args.reps, n)
-            phases = [_graph_time_us(lambda ph=ph: [L.ours(ph) for L in layers], args.reps, n) for ph in (0, 1, 2)]
+            phases = [float("nan")] * 3 if args.no_phases else \
+                [_graph_time_us(lambda ph=ph: [L.ours(ph) for L in layers], args.reps, n) for ph in (0, 1, 2)]
             std = _graph_time_us(lambda: [L.standard(op) for L in layers], args.reps, n)
             floor = k1_bytes(dims, args.layer, m, "decode" if mode == "decode" else "target_verify").total \
                 / (bw * 1e12) * 1e6

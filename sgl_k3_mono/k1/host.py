@@ -111,9 +111,9 @@ class K1Plan:
     num_stages: int = 4
     """In-projection pipeline depth."""
     num_warps: int = 4
-    seam_tile: bool = False
-    """Seam with all mixed rows of a chunk loaded at once (one scoring pass instead of one
-    a bank row). Opt-in until timed on the H200 (docs/evidence/k1-sm90.md)."""
+    seam_split: bool = True
+    """Spread each row's seam over several programs (one H-slice each; kernel.py's split
+    seam) where M * slices fits the grid; False: one program walks each row."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -180,12 +180,25 @@ class K1Plan:
         """BV: state rows an item holds in registers at once ([BV, D] fp32)."""
         return min(self.head_dim // self.v_split, 32)
 
+    @property
+    def seam_slice(self) -> int:
+        """BS: the split seam's slice width, the narrowest (256 or 512 columns) that gives
+        every row's slices a program; 0 when none fits (or seam_split is off)."""
+        if not self.seam_split:
+            return 0
+        for bs in (256, 512):
+            if self.rows * -(-self.hidden // bs) <= self.grid:
+                return bs
+        return 0
+
     def constexprs(self) -> dict:
         bn_eff = self.row_tile
+        bs = self.seam_slice
+        sp = -(-self.hidden // bs) if bs else 1
         return dict(
             H=self.hidden, HL=self.heads, D=self.head_dim, KW=self.conv_width,
             BLOCK_H=min(1024, _next_pow2(self.hidden)), NBP=_next_pow2(self.bank_rows + 1),
-            ROUND_MIX=self.isa == "sm_90", SEAM_TILE=self.seam_tile,
+            ROUND_MIX=self.isa == "sm_90", SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             BN=_next_pow2(bn_eff), BN_EFF=bn_eff, BK=self.block_k, NUM_STAGES=self.num_stages,
             NV=self.v_split, BV=self.v_block, VERIFY=self.mode == "verify",
             HAS_LB=self.lower_bound is not None,
@@ -296,6 +309,10 @@ class K1Scratch:
     """[M, P] bf16: o before the gated norm."""
     counters: torch.Tensor
     """[M * h] int32: V-slices done per (row, head); the last one resets it to 0."""
+    seam_parts: torch.Tensor
+    """[M, SP, 2 * NBP + 1] fp32: the split seam's per-slice partial sums."""
+    seam_counters: torch.Tensor
+    """[M] int32: the split seam's row-local arrivals (reset to 0 after the grid barrier)."""
     sync: torch.Tensor
     """int32[4]: the grid barrier's ARRIVE, DEPART, EPOCH (runtime/triton_sync.py)."""
     record: ErrorRecord
@@ -306,12 +323,15 @@ class K1Scratch:
         from sgl_k3_mono.k1.triton.kernel import PHASES
 
         m = plan.rows
+        cx = plan.constexprs()
         bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
         nan = float("nan")  # poisoned: a read of an unwritten element shows up in the output
         return cls(
             h=torch.full((m, plan.hidden), nan, **bf), mix=torch.full((m, plan.hidden), nan, **f32),
             proj=torch.full((m, plan.proj_cols), nan, **bf), opre=torch.full((m, plan.proj), nan, **bf),
             counters=torch.zeros(m * plan.heads, dtype=torch.int32, device=device),
+            seam_parts=torch.full((m, cx["SP"], 2 * cx["NBP"] + 1), nan, **f32),
+            seam_counters=torch.zeros(m, dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
             record=record if record is not None else ErrorRecord({"k1": PHASES}),
         )
@@ -319,7 +339,7 @@ class K1Scratch:
     @property
     def bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (self.h, self.mix, self.proj, self.opre, self.counters,
-                                                           self.sync))
+                                                           self.seam_parts, self.seam_counters, self.sync))
 
 
 @dataclass
@@ -419,7 +439,7 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
         io.ssm_pool, io.ssm_pool.stride(0), io.ssm_pool.stride(1), io.ssm_pool.stride(2),
         vconv, *vc_st, vssm, *vs_st, int(io.verify_index),
         io.out, io.out.stride(0),
-        sc.h, sc.mix, sc.proj, sc.opre, sc.counters,
+        sc.h, sc.mix, sc.proj, sc.opre, sc.counters, sc.seam_parts, sc.seam_counters,
         sc.sync, sc.record.address, deadline_ns(deadline_s), stall_phase, plan.rank, layer,
         plan.rows,
     )
@@ -435,7 +455,10 @@ def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
     if phases == (-1,) and io.out.is_cuda:
         scratch.record.watch()
     for phase in phases:
-        k1_kernel[(plan.grid,)](*args, **meta, PHASE=phase)
+        # the split seam runs as three launches of phase 0 when phased (its row waits
+        # exist in the persistent launch only)
+        for step in (range(3) if phase == 0 and meta["SEAM_SPLIT"] else (0,)):
+            k1_kernel[(plan.grid,)](*args, **meta, PHASE=phase, SEAM_STEP=step)
 
 
 def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scratch: Optional[K1Scratch] = None,

@@ -222,13 +222,17 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     return t
 
 
-def default_tiles(rows: int) -> dict:
-    """Per-M choice from the H200 sweep (docs/evidence/k2-sm90.md, MXFP4 experts at a
-    TP-8 rank's shapes, the whole launch timed): 1 row: GEMV dense phases and experts,
-    8 warps; 2 rows: tensor-core dense phases, GEMV experts, 4 warps; 3 and more: the
-    tensor cores for both (MXFP4 experts over planar inputs), 4 warps."""
+def default_tiles(rows: int, mxfp4: bool = True) -> dict:
+    """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
+    the whole launch timed): 1 row: GEMV dense phases and experts, 8 warps; 2 rows:
+    tensor-core dense phases, and GEMV experts with 4 warps for MXFP4 (323 us; tensor-core
+    experts 381-387 us) but tensor-core experts with 8 warps for bf16 (234 us against
+    312 us); 3 and more: the tensor cores for both (MXFP4 experts over planar inputs),
+    4 warps."""
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
+    if rows == 2 and not mxfp4:
+        return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=4)
 
 
@@ -261,7 +265,7 @@ class K2Launch:
     rank: int = 0
     stall: Optional[Stall] = field(default_factory=Stall.from_env)
     block: dict = field(default_factory=dict)
-    """Tile sizes and launch options (k2_tiles; default_tiles(rows) unless set_block changes them)."""
+    """Tile sizes and launch options (k2_tiles; default_tiles(rows, mxfp4) unless set_block changes them)."""
     peers: Optional[K2Peers] = None
     """TP > 1: the symmetric buffers of the in-launch reduces (see K2Peers)."""
     red: Optional[torch.Tensor] = None
@@ -282,7 +286,7 @@ class K2Launch:
             raise ValueError(f"K2Launch: TP {plan.tp} rank {rank} needs K2Peers of that TP and rank "
                              f"(got {None if peers is None else (peers.tp, peers.rank)})")
         launch = cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
-        launch.block = default_tiles(plan.rows)
+        launch.block = default_tiles(plan.rows, plan.mxfp4)
         if peers is not None:
             launch.peers = peers
             launch.red = torch.empty(plan.rows, plan.latent + plan.hidden, dtype=torch.bfloat16, device=device)

@@ -8,8 +8,6 @@ record (see failure.py) and faults on purpose, so the process stops instead of h
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra import cuda as _cuda
@@ -22,27 +20,6 @@ except ImportError:  # an older Triton: the HIP build then fails to compile, lou
 # sync buffer layout (int32 words, one buffer per launch slot)
 ARRIVE, DEPART, EPOCH = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 SYNC_WORDS = 4
-# A/B switch for the H200 timing of the poll (temporary: the measured winner stays, alone)
-POLL_ATOMIC = tl.constexpr(os.environ.get("SGL_K3_MONO_POLL", "ld") == "atomic")
-
-
-@triton.jit
-def load_acquire(ptr, SCOPE: tl.constexpr, HIP: tl.constexpr = False):
-    """*ptr (int32) with acquire semantics at SCOPE ("gpu" or "sys"). sm_90: every thread
-    issues a plain ld.acquire (one L2 read a warp, no shared-memory broadcast); polling
-    with an atomic read-modify-write instead queues every poller's update on the one
-    word the last arrival must also increment. HIP: the atomic form."""
-    if HIP or POLL_ATOMIC:
-        return tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
-    else:
-        addr = tl.full([1], 0, tl.int64) + ptr.to(tl.int64)
-        if SCOPE == "sys":
-            v = tl.inline_asm_elementwise("ld.acquire.sys.global.b32 $0, [$1];", "=r,l", [addr],
-                                          dtype=tl.int32, is_pure=False, pack=1)
-        else:
-            v = tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [addr],
-                                          dtype=tl.int32, is_pure=False, pack=1)
-        return tl.max(v, axis=0)
 
 
 @triton.jit
@@ -74,28 +51,28 @@ def fail(err_addr, rank, layer, launch_id, phase, waited_ns):
 def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr,
              HIP: tl.constexpr = False):
     """Spin until *ptr >= target (acquire), bounded by the deadline."""
-    seen = load_acquire(ptr, SCOPE, HIP)
+    seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
     while seen < target:
         waited = now_ns(HIP) - t0
         if waited > deadline_ns:
             fail(err_addr, rank, layer, launch_id, phase, waited)
             seen = target
         else:
-            seen = load_acquire(ptr, SCOPE, HIP)
+            seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
 
 
 @triton.jit
 def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr,
             HIP: tl.constexpr = False):
     """Spin until *ptr == tag (acquire): an epoch-tagged slot is ready."""
-    seen = load_acquire(ptr, SCOPE, HIP)
+    seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
     while seen != tag:
         waited = now_ns(HIP) - t0
         if waited > deadline_ns:
             fail(err_addr, rank, layer, launch_id, phase, waited)
             seen = tag
         else:
-            seen = load_acquire(ptr, SCOPE, HIP)
+            seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
 
 
 @triton.jit

@@ -57,8 +57,8 @@ class Case:
     head_dim: int = 128
     impl: str = "triton"
     """run_k1's device code under test ("flydsl": tests/launch/test_k1_flydsl.py, gfx950)."""
-    seam_tile: bool = False
-    """K1Plan.seam_tile: the seam's one-pass tiled variant."""
+    seam_split: bool = True
+    """K1Plan.seam_split: the seam spread over several programs a row (False: one a row)."""
 
 
 def _rand_state(case: Case, lw, n_slots: int, g: torch.Generator):
@@ -124,7 +124,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
     views_cpu = K1Views.from_local(lw)
     views = K1Views.from_local(_shard_to(lw, device))
     plan = K1Plan.for_weights(views, case.rows, case.mode, bank_rows=NB, tp=case.tp, rank=case.rank,
-                              isa=case.isa, grid=case.grid, seam_tile=case.seam_tile)
+                              isa=case.isa, grid=case.grid, seam_split=case.seam_split)
     scratch = K1Scratch.allocate(plan, device)
     m = case.rows
     n_slots = m + 3

@@ -47,11 +47,16 @@ CPU_CASES = [
     Case("verify M=5 grid 16 (V split 8)", 256, 2, 5, mode="verify", nvb=1, grid=16, seed=7),
     Case("verify M=8 TP2 rank 1, block write", 512, 4, 8, mode="verify", tp=2, rank=1, nvb=4, write=True, seed=8),
     Case("verify M=6 TP2 rank 0", 512, 4, 6, mode="verify", tp=2, rank=0, nvb=6, contrib=False, seed=9),
-    # the one-pass tiled seam (opt-in): block write, pending add, nvb 0, gfx950 rounding
-    Case("decode M=3 tiled seam, block write", 256, 2, 3, nvb=4, write=True, seed=12, seam_tile=True),
-    Case("decode M=2 tiled seam, nvb 0", 256, 2, 2, nvb=0, seed=13, seam_tile=True),
-    Case("verify M=4 tiled seam, gfx950 seam", 256, 2, 4, mode="verify", nvb=7, isa="gfx950", seed=14,
-         seam_tile=True),
+    # the seam over several programs a row (grid 16: 256-column slices, 2 a row at H 512;
+    # at grid 4 most cases above get one slice a row, M=8 the one-program seam)
+    Case("decode M=3 split seam (2 slices), block write", 512, 4, 3, nvb=4, write=True, seed=15, grid=16),
+    Case("decode M=4 split seam (2 slices), pending add, gfx950", 512, 4, 4, nvb=6, isa="gfx950", seed=16,
+         grid=16),
+    # the one-program seam: block write, pending add, nvb 0, gfx950 rounding
+    Case("decode M=3 one-program seam, block write", 256, 2, 3, nvb=4, write=True, seed=12, seam_split=False),
+    Case("decode M=2 one-program seam, nvb 0", 256, 2, 2, nvb=0, seed=13, seam_split=False),
+    Case("verify M=4 one-program seam, gfx950 seam", 256, 2, 4, mode="verify", nvb=7, isa="gfx950", seed=14,
+         seam_split=False),
 ]
 CPU_STEPS = [Case("64 decode steps M=2", 256, 2, 2, nvb=3, steps=64, seed=11)]
 

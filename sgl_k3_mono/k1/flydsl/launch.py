@@ -22,7 +22,7 @@ _STRIDES = ("s_pm", "s_cm", "s_bm", "s_bj", "s_rm", "s_wq", "s_wf", "s_wb", "s_f
             "s_ss", "s_sh", "s_sv", "s_vcr", "s_vct", "s_vcw", "s_vsr", "s_vst", "s_vsh", "s_vsv", "s_om")
 _CONSTS = ("H", "HL", "D", "KW", "BN_EFF", "NV", "BV", "VERIFY", "HAS_LB", "LB", "HAS_CONTRIB", "WRITE_BANK",
            "WRITE_RESID", "ROUND_MIX")
-# Not read: the Triton-only tile choices (BLOCK_H, NBP, BN, BK, NUM_STAGES, SEAM_TILE,
+# Not read: the Triton-only tile choices (BLOCK_H, NBP, BN, BK, NUM_STAGES, SEAM_SPLIT,
 # num_warps): they schedule the same arithmetic; the FlyDSL phases have their own map.
 _BUFFERED = ("prefix_ptr", "contrib_ptr", "bank_ptr", "wproj_ptr", "wsn_ptr", "won_ptr", "wq_ptr", "wf_ptr",
              "wb_ptr", "fb_ptr", "h_ptr")

@@ -9,10 +9,11 @@ One @triton.jit kernel, `k1_kernel`, with a constexpr PHASE:
   timer does not exist there), and the benchmark times each phase like this.
 
 The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
- 0 "seam"    one program per row: p = bf16(prefix + contribution); scores of the bank
-             rows and p; softmax; mix (bf16 on sm_90); input RMSNorm -> h [M, H] bf16.
-             On a block-write layer p goes into bank row nvb (the residual restarts),
-             otherwise into the caller's residual tensor.
+ 0 "seam"    p = bf16(prefix + contribution); scores of the bank rows and p; softmax;
+             mix (bf16 on sm_90); input RMSNorm -> h [M, H] bf16. On a block-write
+             layer p goes into bank row nvb (the residual restarts), otherwise into the
+             caller's residual tensor. SEAM_SPLIT: each row over SP programs, one H-slice
+             each, with row-local waits (see the split seam below); else one program a row.
  1 "in_proj" h @ [qkvg | f_a | b]^T -> proj [M, 4P + D + h] bf16. This phase reads
              ~90 MB at TP 8 and sets the speed: the rows of the three weights are cut
              into row tiles of BN_EFF rows (chosen so the tiles cover the grid in as few
@@ -36,7 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
+from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns, wait_geq
 
 PHASES = ("seam", "in_proj", "kda")
 """Phase names, in order (index = the PHASE constexpr)."""
@@ -150,61 +151,99 @@ def _phase_seam(pid, nprog, M, nvb, eps,
         _seam_store_h(mix_ptr + row * H, won_ptr, h_ptr + row * H, rstd, H, BLOCK_H)
 
 
+# The persistent launch spreads each row's seam over SP programs, one H-slice of BS
+# columns each (program r * SP + s: row r, slice s), instead of one program walking the
+# row: the single-program seam is a chain of dependent loads (a pass a bank row) while
+# the rest of the grid waits at the barrier. Three steps, each a pass over the program's
+# own slice: (A) p, and the slice's partial score sums of every mixed row; (C) the
+# scores from all SP partials (summed in slice order: every program and every replay
+# sums alike), the softmax and the mix; (D) the row's sum of squares from all SP
+# partials, and h. Between steps a row-local bounded wait (the persistent launch), or a
+# launch boundary (the phased launch runs the steps as three launches of phase 0).
+
 @triton.jit
-def _seam_rows(bank_row_ptr, s_bj, p_row, nvb, h0, H: tl.constexpr, CH: tl.constexpr, NBP: tl.constexpr):
-    """Chunk [h0, h0 + CH) of the rows the seam mixes: bank rows 0..nvb-1, then p (row nvb);
-    [NBP, CH] fp32, zero past nvb and past H."""
+def _split_mixed_rows(bank_row, s_bj, p_row, nvb, cols, cm, NBP: tl.constexpr):
+    """[NBP, BS] fp32: slice `cols` of bank rows 0..nvb-1, then p (row nvb), zero past it."""
     rj = tl.arange(0, NBP)[:, None]
-    ch = h0 + tl.arange(0, CH)[None, :]
-    m = ch < H
-    vb = tl.load(bank_row_ptr + rj * s_bj + ch, mask=(rj < nvb) & m, other=0.0).to(tl.float32)
-    vp = tl.load(p_row + ch, mask=m, other=0.0).to(tl.float32)
-    return tl.where(rj == nvb, vp, vb)
+    v = tl.load(bank_row + rj * s_bj + cols[None, :], mask=(rj < nvb) & cm[None, :], other=0.0).to(tl.float32)
+    vp = tl.load(p_row + cols, mask=cm, other=0.0).to(tl.float32)
+    return tl.where(rj == nvb, vp[None, :], v)
 
 
 @triton.jit
-def _phase_seam_tiled(pid, nprog, M, nvb, eps,
-                      prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                      wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
-                      H: tl.constexpr, BLOCK_H: tl.constexpr, NBP: tl.constexpr,
-                      HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr,
-                      ROUND_MIX: tl.constexpr):
-    """_phase_seam with every mixed row of a chunk loaded at once ([NBP, CH] tiles): one pass
-    for all the scores instead of one pass a bank row, so a row's seam is three chains of
-    H / CH dependent loads instead of nvb + 3 (the phase is latency-bound: M programs)."""
-    CH: tl.constexpr = 4096 // NBP
-    jj = tl.arange(0, NBP)
-    for row in range(pid, M, nprog):
-        p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                            WRITE_BANK, WRITE_RESID)
-        if WRITE_BANK or WRITE_RESID:
-            _seam_store_p(prefix_ptr + row * s_pm, contrib_ptr + row * s_cm, p_row, H, BLOCK_H, HAS_CONTRIB)
-        bank_row = bank_ptr + row * s_bm
-        # scores of every row at once, then the softmax (nvb == 0: p alone, alpha = 1)
-        dots = tl.zeros([NBP, CH], dtype=tl.float32)
-        sqs = tl.zeros([NBP, CH], dtype=tl.float32)
-        for h0 in range(0, H, CH):
-            ch = h0 + tl.arange(0, CH)
-            cw = tl.load(wsn_ptr + ch, mask=ch < H, other=0.0).to(tl.float32) * \
-                tl.load(wproj_ptr + ch, mask=ch < H, other=0.0).to(tl.float32)
-            v = _seam_rows(bank_row, s_bj, p_row, nvb, h0, H, CH, NBP)
-            dots += v * cw[None, :]
-            sqs += v * v
-        scores = tl.where(jj <= nvb, tl.sum(dots, axis=1) / tl.sqrt(tl.sum(sqs, axis=1) / H + eps), float("-inf"))
-        e = tl.where(jj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
-        alpha = e / tl.sum(e, axis=0)
-        # mix (bf16 values on sm_90), its sum of squares, then h = bf16(mix * rstd * w)
-        ss = tl.zeros([CH], dtype=tl.float32)
-        for h0 in range(0, H, CH):
-            ch = h0 + tl.arange(0, CH)
-            acc = tl.sum(alpha[:, None] * _seam_rows(bank_row, s_bj, p_row, nvb, h0, H, CH, NBP), axis=0)
-            if ROUND_MIX:
-                acc = acc.to(tl.bfloat16).to(tl.float32)
-            tl.store(mix_ptr + row * H + ch, acc, mask=ch < H)
-            ss += acc * acc
-        rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
-        tl.debug_barrier()
-        _seam_store_h(mix_ptr + row * H, won_ptr, h_ptr + row * H, rstd, H, BLOCK_H)
+def _split_seam_step(pid, M, nvb, eps,
+                     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                     STEP: tl.constexpr, H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr,
+                     SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
+                     WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
+    """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
+    live in spart [M, SP, 2 * NBP + 1] fp32: score dots, sums of squares, mix sum of squares."""
+    row = pid // SP
+    sl = pid % SP
+    cols = sl * BS + tl.arange(0, BS)
+    cm = cols < H
+    rj = tl.arange(0, NBP)
+    PW: tl.constexpr = 2 * NBP + 1
+    mine = spart_ptr + (row * SP + sl) * PW
+    p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
+    if STEP == 0:
+        if WRITE_BANK or WRITE_RESID:  # p = bf16(prefix + contribution) where it lives from now on
+            p = tl.load(prefix_ptr + row * s_pm + cols, mask=cm, other=0.0).to(tl.float32)
+            if HAS_CONTRIB:
+                p += tl.load(contrib_ptr + row * s_cm + cols, mask=cm, other=0.0).to(tl.float32)
+            tl.store(p_row + cols, p.to(tl.bfloat16), mask=cm)
+            tl.debug_barrier()
+        v = _split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
+        cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
+            tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+        tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
+        tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
+    elif STEP == 1:
+        qq = tl.arange(0, SPP)[:, None]
+        parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
+        dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
+        e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
+        alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
+        v = _split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
+        mix = tl.sum(alpha[:, None] * v, axis=0)
+        if ROUND_MIX:
+            mix = mix.to(tl.bfloat16).to(tl.float32)
+        tl.store(mix_ptr + row * H + cols, mix, mask=cm)
+        tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
+    else:
+        qq = tl.arange(0, SPP)
+        ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
+                            cache_modifier=".cg"), axis=0)
+        rstd = 1.0 / tl.sqrt(ss / H + eps)
+        x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
+        w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+        tl.store(h_ptr + row * H + cols, (x * rstd * w).to(tl.bfloat16), mask=cm)
+
+
+@triton.jit
+def _split_seam_persistent(pid, M, nvb, eps,
+                           prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                           wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
+                           t0, deadline_ns, err_addr, rank, layer,
+                           H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
+                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
+                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr):
+    """Steps A, C, D with a bounded row-local wait after A and after C (phase 0's name on
+    expiry). The row counters go back to 0 in phase 1, after the grid barrier."""
+    if pid < M * SP:
+        cnt = scnt_ptr + pid // SP
+        for step in tl.static_range(3):
+            _split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
+                             resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+            if step < 2:
+                tl.debug_barrier()
+                tl.atomic_add(cnt, 1, sem="release", scope="gpu")
+                wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, 0, 0, "gpu", HIP)
+                tl.debug_barrier()
 
 
 # ---- phase 1: the in-projection GEMV -----------------------------------------------------
@@ -301,6 +340,27 @@ def _l2norm(x, eps):
 
 
 @triton.jit
+def _qk_beta(win_ptr, s_cr, proj_ptr, t0, u, head, cw_ptr, s_cw,
+             P: tl.constexpr, D: tl.constexpr, NPROJ: tl.constexpr, KW: tl.constexpr, B_COL: tl.constexpr):
+    """Token u's normed q (times D^-1/2) and k of one head [D], and its beta."""
+    d = tl.arange(0, D)
+    q = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, head * D + d, cw_ptr, s_cw, NPROJ, KW)
+    k = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, P + head * D + d, cw_ptr, s_cw, NPROJ, KW)
+    braw = tl.load(proj_ptr + (t0 + u) * NPROJ + B_COL + head, cache_modifier=".cg").to(tl.float32)
+    return _l2norm(q, 1e-6) * (D ** -0.5), _l2norm(k, 1e-6), 1.0 / (1.0 + tl.exp(-braw))
+
+
+@triton.jit
+def _delta_rule(S, q, k, v, decay, beta):
+    """One token on state rows S [BV, D] (rows v, K contiguous): decay, the delta update,
+    and the output rows o = S q."""
+    S = S * decay[None, :]
+    hk = tl.sum(S * k[None, :], axis=1)
+    S = S + (beta * (v - hk))[:, None] * k[None, :]
+    return S, tl.sum(S * q[None, :], axis=1)
+
+
+@triton.jit
 def _phase_kda(pid, nprog, M, pad_slot, vindex,
                proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
                conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
@@ -351,33 +411,32 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
                 g = -a * tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
             decay_all = tl.exp(g)  # [MP, D]
 
-            for c in range(0, VS // BV):
-                vr = vs * VS + c * BV + tl.arange(0, BV)
-                s_ptrs = ssm_ptr + slot * s_ss + head * s_sh + vr[:, None] * s_sv + d[None, :]
-                S = tl.load(s_ptrs)  # [BV, D] fp32: rows v, K contiguous
-                chv = 2 * P + head * D + vr
-                for u in range(0, T):
-                    q = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, head * D + d, cw_ptr, s_cw, NPROJ, KW)
-                    k = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, P + head * D + d, cw_ptr, s_cw, NPROJ, KW)
-                    v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, chv, cw_ptr, s_cw, NPROJ, KW)
-                    q = _l2norm(q, 1e-6) * (D ** -0.5)
-                    k = _l2norm(k, 1e-6)
-                    decay = tl.sum(tl.where(tt[:, None] == u, decay_all, 0.0), axis=0)
-                    braw = tl.load(proj_ptr + (t0 + u) * NPROJ + B_COL + head, cache_modifier=".cg").to(tl.float32)
-                    beta = 1.0 / (1.0 + tl.exp(-braw))
-                    # delta rule on the item's V rows
-                    S = S * decay[None, :]
-                    hk = tl.sum(S * k[None, :], axis=1)
-                    v_new = beta * (v - hk)
-                    S = S + v_new[:, None] * k[None, :]
-                    o = tl.sum(S * q[None, :], axis=1)
-                    tl.store(opre_ptr + (t0 + u) * P + head * D + vr, o.to(tl.bfloat16))
-                    if VERIFY:  # every token's post-state and v window into SGLang's scratch
+            if VERIFY:  # one request's T tokens in order: every token's state kept
+                for c in range(0, VS // BV):
+                    vr = vs * VS + c * BV + tl.arange(0, BV)
+                    S = tl.load(ssm_ptr + slot * s_ss + head * s_sh + vr[:, None] * s_sv + d[None, :])
+                    chv = 2 * P + head * D + vr
+                    for u in range(0, T):
+                        q, k, beta = _qk_beta(win_ptr, s_cr, proj_ptr, t0, u, head, cw_ptr, s_cw,
+                                              P, D, NPROJ, KW, B_COL)
+                        v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, u, chv, cw_ptr, s_cw, NPROJ, KW)
+                        decay = tl.sum(tl.where(tt[:, None] == u, decay_all, 0.0), axis=0)
+                        S, o = _delta_rule(S, q, k, v, decay, beta)
+                        tl.store(opre_ptr + (t0 + u) * P + head * D + vr, o.to(tl.bfloat16))
                         vs_ptrs = vssm_ptr + vindex * s_vsr + u * s_vst + head * s_vsh + vr[:, None] * s_vsv
                         tl.store(vs_ptrs + d[None, :], S)
                         _write_window(vconv_ptr + vindex * s_vcr + u * s_vct, s_vcw, win_ptr, s_cr,
                                       proj_ptr, t0, u, chv, NPROJ, KW)
-                if not VERIFY:
+            else:  # one token: q, k, the decay and beta once for all of the item's V chunks
+                q, k, beta = _qk_beta(win_ptr, s_cr, proj_ptr, t0, 0, head, cw_ptr, s_cw, P, D, NPROJ, KW, B_COL)
+                decay = tl.sum(tl.where(tt[:, None] == 0, decay_all, 0.0), axis=0)
+                for c in range(0, VS // BV):
+                    vr = vs * VS + c * BV + tl.arange(0, BV)
+                    s_ptrs = ssm_ptr + slot * s_ss + head * s_sh + vr[:, None] * s_sv + d[None, :]
+                    chv = 2 * P + head * D + vr
+                    v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, 0, chv, cw_ptr, s_cw, NPROJ, KW)
+                    S, o = _delta_rule(tl.load(s_ptrs), q, k, v, decay, beta)  # [BV, D] fp32: rows v, K contiguous
+                    tl.store(opre_ptr + t0 * P + head * D + vr, o.to(tl.bfloat16))
                     tl.store(s_ptrs, S)
                     tl.debug_barrier()  # every thread has read the old v window before it moves
                     _write_window(win_ptr, s_cr, win_ptr, s_cr, proj_ptr, t0, 0, chv, NPROJ, KW)
@@ -424,7 +483,7 @@ def k1_kernel(
     vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv, vindex,
     out_ptr, s_om,
     # scratch (contiguous, allocated once per plan)
-    h_ptr, mix_ptr, proj_ptr, opre_ptr, cnt_ptr,
+    h_ptr, mix_ptr, proj_ptr, opre_ptr, cnt_ptr, spart_ptr, scnt_ptr,
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, stall_phase, rank, layer,
     M,
@@ -433,7 +492,9 @@ def k1_kernel(
     HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr,
     BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr, NUM_STAGES: tl.constexpr,
     NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
-    PHASE: tl.constexpr, HIP: tl.constexpr = False, SEAM_TILE: tl.constexpr = False,
+    PHASE: tl.constexpr, HIP: tl.constexpr = False,
+    SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
+    SEAM_STEP: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -443,20 +504,29 @@ def k1_kernel(
     if PHASE == -1:
         t0 = now_ns(HIP)
         maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
-    if (PHASE == -1) or (PHASE == 0):
-        if SEAM_TILE:
-            _phase_seam_tiled(pid, nprog, M, nvb, eps,
-                              prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                              wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
-                              H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
-        else:
-            _phase_seam(pid, nprog, M, nvb, eps,
-                        prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                        wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
-                        H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+    if (PHASE == -1) and SEAM_SPLIT:
+        _split_seam_persistent(pid, M, nvb, eps,
+                               prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                               wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
+                               t0, deadline_ns, err_addr, rank, layer,
+                               H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP)
+    elif (PHASE == 0) and SEAM_SPLIT:  # one step a launch (SEAM_STEP), no waits
+        if pid < M * SP:
+            _split_seam_step(pid, M, nvb, eps,
+                             prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                             wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                             SEAM_STEP, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+    elif (PHASE == -1) or (PHASE == 0):
+        _phase_seam(pid, nprog, M, nvb, eps,
+                    prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                    wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr,
+                    H, BLOCK_H, NBP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
     if PHASE == -1:
         grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 0, HIP)
         maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
+        if SEAM_SPLIT:  # every row wait is over (barrier 0): the row counters start again at 0
+            if pid == 0:
+                tl.store(scnt_ptr + tl.arange(0, MP), 0, mask=tl.arange(0, MP) < M)
     if (PHASE == -1) or (PHASE == 1):
         _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
                        H, 4 * P, D, HL, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
