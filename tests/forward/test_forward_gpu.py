@@ -23,19 +23,9 @@ import os
 
 import pytest
 import torch
+from step_cases import TP1 as CASES
 
 pytestmark = pytest.mark.gpu
-
-STEPS = int(os.environ.get("SGL_K3_MONO_STEP_STEPS", "64"))
-
-CASES = [
-    # (shape, expert format, rows, steps, graph)
-    ("tiny", "bf16", 3, STEPS, True),
-    ("tiny", "bf16", 8, STEPS, True),
-    ("real", "bf16", 4, STEPS, True),
-    # MXFP4 experts: the CPU reference dequantizes every routed expert, so fewer steps
-    ("real", "mxfp4", 4, min(STEPS, 16), False),
-]
 
 
 @pytest.mark.parametrize("name,fmt,rows,steps,graph", CASES, ids=[f"{c[0]}-{c[1]}-M{c[2]}" for c in CASES])

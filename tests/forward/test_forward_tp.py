@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from step_cases import TP_STALL, TP_STEPS
 from support.ranks import assert_every_rank_stopped, plain_ranks, tp_size
 
 HERE = Path(__file__).resolve().parent
@@ -20,13 +21,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(TP < 2, reason="needs 2 GPUs (
 
 
 def test_tp2_steps_match_the_reference_step_and_ranks_agree():
-    res = plain_ranks(TP, HERE / "tp_worker.py", ["tiny", "bf16", "4", "32", "1"], {}, timeout=400)
+    res = plain_ranks(TP, HERE / "tp_worker.py", [*map(str, TP_STEPS), "1"], {}, timeout=400)
     for r, (code, out, err, ended) in enumerate(res):
         assert code == 0 and ended is not None, (r, code, err[-3000:])
         (summary,) = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
         print("\nSTEPCMP-TP2 " + json.dumps(summary))
         assert summary["violations"] == [], summary["violations"][:20]
-        assert summary["ranks_bitwise_equal"] and summary["row_steps"] == 4 * 32, summary
+        assert summary["ranks_bitwise_equal"] and summary["row_steps"] == TP_STEPS[2] * TP_STEPS[3], summary
 
 
 def test_tp2_a_rank_stalled_in_k1_stops_both_processes():
@@ -35,7 +36,7 @@ def test_tp2_a_rank_stalled_in_k1_stops_both_processes():
     o_proj partial (so does every other rank at TP > 2). All exit with the watcher's code and their own message, each
     within the deadline + 5 s of its warm first step."""
     deadline = 3.0
-    res = plain_ranks(TP, HERE / "tp_worker.py", ["tiny", "bf16", "2", "4", "0"],
+    res = plain_ranks(TP, HERE / "tp_worker.py", [*map(str, TP_STALL), "0"],
                           {"STALL_AFTER_WARM": "1:2:k1:kda", "DEADLINE_S": str(deadline)}, timeout=300)
     expect = {r: f"rank {r}, layer 2, launch K2, phase" for r in range(TP)}
     expect[1] = "rank 1, layer 2, launch K1, phase 'kda'"

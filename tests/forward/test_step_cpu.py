@@ -139,6 +139,17 @@ def test_the_standard_step_bench_step_times_computes_the_same_step(tiny):
     assert launches.k1.__module__ == launches.k2.__module__ == "sgl_k3_mono.forward.launches"  # restored
 
 
+def test_every_gpu_case_has_a_recorded_yardstick():
+    """The GPU step tests read their bounds from yardstick.json; a case without one fails
+    there only after minutes of device time (the fifth session's TP-2 stall run did)."""
+    from step_cases import TP1, TP_STALL, TP_STEPS
+
+    from sgl_k3_mono.forward import yardstick
+
+    for name, fmt, rows, steps, *_ in [*TP1, TP_STEPS, TP_STALL]:
+        yardstick.bounds_for(name, fmt, rows, steps)  # KeyError names the missing case
+
+
 @pytest.mark.parametrize("key", ["tiny:bf16:2:3", "tiny:bf16:3:64"])
 def test_recorded_yardstick_is_what_the_reference_computes(key):
     """forward/yardstick.json is what the step bounds are read from: recompute a case (the

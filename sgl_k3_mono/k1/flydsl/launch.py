@@ -65,7 +65,7 @@ def fly_arguments(args: tuple, meta: dict, *, phases: Sequence[str] = PHASES, gr
     bad = [p for p in phases if p not in PHASES]
     if bad or not phases:
         raise ValueError(f"K1 FlyDSL: unknown phases {bad or list(phases)}; expected some of {PHASES}")
-    names = [n for n in k1_kernel.arg_names if n not in meta and n not in ("PHASE", "HIP")]
+    names = [n for n in k1_kernel.arg_names if n not in meta and n not in ("PHASE", "SEAM_STEP", "HIP")]
     if len(names) != len(args):
         raise ValueError(f"K1 FlyDSL: {len(args)} launch arguments for {len(names)} names")
     a = dict(zip(names, args))
