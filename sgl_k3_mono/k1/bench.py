@@ -4,8 +4,9 @@ chain and the byte floor, from ONE run on one GPU.
     python3 -m sgl_k3_mono.k1.bench [--rows 1,2,4,8] [--modes decode,verify] [--layers 3]
 
 - ours: the persistent launch (one launch a layer), and each phase alone (the
-  phase-by-phase launches) for the per-phase columns;
-- standard: what SGLang runs for the same work: the attn-res seam in torch, the
+  phase-by-phase launches) for the per-phase columns (the split seam is three launches);
+- standard: what SGLang runs for the same work: the attn-res seam (SGLang's own Triton
+  score/combine pair where it imports, else torch: standard_seam.py), the
   in-projection through cuBLAS (torch F.linear on the same weights, [q|k|v|g] and
   `_bfa_w`), f_b through F.linear, then SGLang's `kda_fused_decode` (decode, when
   `sglang.kernels.ops.attention.kda_fused_decode` imports) or else the reference's torch
