@@ -13,6 +13,12 @@ the bf16 mixture, one rounding). Where the pair cannot run, the whole seam is to
 
 from __future__ import annotations
 
+import functools
+import importlib
+import sys
+import types
+from typing import Any
+
 import torch
 
 
@@ -27,37 +33,29 @@ class _Weights:
 # attn_residual takes two class names from SGLang's layer modules, for annotations only;
 # those modules need sgl_kernel, which the lent GPU does not have (a build tied to torch 2.14)
 _ANNOTATION_ONLY = {"sglang.srt.layers.layernorm": "RMSNorm", "sglang.srt.layers.linear": "ReplicatedLinear"}
-_IMPORT_NOTE = ""
-"""How attn_residual was imported, or why it was not (the benchmarks print it)."""
 
 
-def _import_attn_residual():
-    """SGLang's attn_residual module: as is, else with the two annotation-only imports
-    stubbed for the import and removed again afterwards (the kernels run unchanged)."""
-    global _IMPORT_NOTE
-    import importlib
-    import sys
-    import types
-
+@functools.cache
+def _import_attn_residual() -> tuple[Any, str]:
+    """(SGLang's attn_residual module or None, how it was imported or why not). Imported
+    as is, else with the two annotation-only imports stubbed for the import and removed
+    again afterwards (the kernels run unchanged). Once a process."""
     try:
         from sglang.srt.layers import attn_residual
-        _IMPORT_NOTE = ""
-        return attn_residual
+        return attn_residual, ""
     except Exception as e:  # noqa: BLE001 (no SGLang, or its layer modules cannot load here)
-        first = f"{type(e).__name__}: {e}"
-    saved = {name: sys.modules.get(name) for name in [*_ANNOTATION_ONLY, "sglang.srt.layers.attn_residual"]}
+        first = f"{type(e).__name__}: {str(e)[:160]}"
+    saved = {name: sys.modules.get(name) for name in _ANNOTATION_ONLY}
     try:
         for name, cls in _ANNOTATION_ONLY.items():
             stub = types.ModuleType(name)
             setattr(stub, cls, type(cls, (), {}))
             sys.modules[name] = stub
-        sys.modules.pop("sglang.srt.layers.attn_residual", None)
+        sys.modules.pop("sglang.srt.layers.attn_residual", None)  # a half-imported attempt
         mod = importlib.import_module("sglang.srt.layers.attn_residual")
-        _IMPORT_NOTE = f"layer classes stubbed for its annotations; plain import: {first[:160]}"
-        return mod
+        return mod, f"layer classes stubbed for its annotations; plain import: {first}"
     except Exception as e:  # noqa: BLE001
-        _IMPORT_NOTE = f"not importable ({first[:160]}; with stubs: {type(e).__name__}: {str(e)[:160]})"
-        return None
+        return None, f"not importable ({first}; with stubs: {type(e).__name__}: {str(e)[:160]})"
     finally:
         for name in _ANNOTATION_ONLY:
             if saved[name] is None:
@@ -69,7 +67,7 @@ def _import_attn_residual():
 def _sglang_mix(hidden: int, device: torch.device):
     if device.type != "cuda":
         return None
-    attn_residual = _import_attn_residual()
+    attn_residual, _ = _import_attn_residual()
     if attn_residual is None:
         return None
     return attn_residual._mix_fused if hidden % attn_residual._BLOCK_H == 0 else None
@@ -78,10 +76,9 @@ def _sglang_mix(hidden: int, device: torch.device):
 def seam_kind(hidden: int, device) -> str:
     """What `StandardSeam` runs for this width on this device (and how SGLang's module
     was imported, or why it could not be)."""
-    note = f" [{_IMPORT_NOTE}]" if _IMPORT_NOTE else ""
-    if _sglang_mix(hidden, torch.device(device)) is not None:
-        return "SGLang _mix_fused (Triton) + torch RMSNorm" + note
-    return "torch" + note
+    kind = "SGLang _mix_fused (Triton) + torch RMSNorm" if _sglang_mix(hidden, torch.device(device)) else "torch"
+    note = _import_attn_residual()[1] if torch.device(device).type == "cuda" else ""
+    return kind + (f" [{note}]" if note else "")
 
 
 class StandardSeam:
