@@ -25,6 +25,10 @@ def _next_pow2(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+def _pow2_floor(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
 @dataclass(frozen=True)
 class K2Plan:
     """Everything a K2 launch is specialised on (one compiled kernel per plan)."""
@@ -197,8 +201,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tensor cores with rows padded to 16 and [64 outputs, 256 K] weight tiles, or GEMV
     (rows rounded up to a power of two, products as FMAs in the weights' load layout, no
     detour through shared memory). Expert phases: the same choice, made separately; on
-    the tensor cores MXFP4 experts read planar inputs (kernel._planar), BKX / BKD then
-    count K elements a step (8 a word). GEMV product tiles [rows, N tile, K chunk] are
+    the tensor cores MXFP4 experts go through tl.dot_scaled (kernel._dot_mxfp4_scaled),
+    BKX / BKD counting K elements a step. GEMV product tiles [rows, N tile, K chunk] are
     sized to about 32 fp32 registers a thread, and the expert down tile narrows as rows
     grow so its K chunk stays >= 32 MXFP4 bytes. `user_rows` (XU, GEMV experts only):
     each expert computes only the rows that route it, that many at a time, instead of
@@ -224,23 +228,20 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
 
 def default_tiles(rows: int, mxfp4: bool = True) -> dict:
     """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
-    the whole launch timed): 1 row: GEMV dense phases and experts, 8 warps; 2 rows:
-    tensor-core dense phases, and GEMV experts with 4 warps for MXFP4 (323 us; tensor-core
-    experts 381-387 us) but tensor-core experts with 8 warps for bf16 (234 us against
-    312 us); 3 and more: the tensor cores for both (MXFP4 experts over planar inputs),
-    4 warps."""
+    the whole launch timed): 1 row: GEMV dense phases and experts, 8 warps; 2 rows and
+    more: tensor-core dense phases and experts, 8 warps for bf16 at 2 rows (234 us
+    against 251 with 4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8)."""
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
-    if rows == 2 and not mxfp4:
-        return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8)
-    return k2_tiles(rows, dense_gemv=False, expert_gemv=rows <= 2, num_warps=4)
+    return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int) -> dict:
     """Tiles a model's widths can take: the dense output tile BN must divide every
     segment of the front (shared gate/up, router, latent down) and the hidden width; the
-    expert tiles must divide their widths, and a planar K step (BKX / BKD elements) must
-    fit K (at least 128 elements: the tensor cores take 16 words a step)."""
+    expert tiles must divide their widths, and a tensor-core K step (BKX / BKD elements)
+    is at most the width it walks (rounded down to a power of two) and at least 64 (two
+    scale groups; masks cover a ragged tail)."""
     b = dict(b)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
@@ -249,8 +250,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     while b["BL"] > 16 and latent % b["BL"]:
         b["BL"] //= 2
     if not b["EXPERT_GEMV"]:
-        b["BKX"] = max(128, min(b["BKX"], latent))
-        b["BKD"] = max(128, min(b["BKD"], inter))
+        b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
+        b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
     return b
 
 
@@ -348,10 +349,6 @@ class K2Launch:
         else:
             w13, w2 = ex.w13, ex.w2
             sc13, sc2 = w13, w2  # unused: never dereferenced on the bf16 path
-        if pl.mxfp4 and not b["EXPERT_GEMV"] and any(
-                v % 4 for v in (w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1), w13.data_ptr(), w2.data_ptr())):
-            raise ValueError("K2Launch: the tensor-core MXFP4 experts read int32 words: expert weight rows and "
-                             f"bases must be 4-byte aligned (w13 strides {w13.stride()}, w2 strides {w2.stride()})")
         lnorm = moe.latent_norm if moe.latent_norm is not None else \
             torch.ones(pl.latent, dtype=torch.bfloat16, device=out.device)
         stall = -1 if self.stall is None else self.stall.phase_index(self.rank, layer, "k2", PHASES)

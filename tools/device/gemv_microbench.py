@@ -106,6 +106,74 @@ def fp4_tc(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
         tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
 
 
+@triton.jit
+def fp4_tcswap(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+               BN: tl.constexpr, BW: tl.constexpr, STAGES: tl.constexpr):
+    """fp4_tc with the operands swapped: acc[BN, 16] += dec(w >> 4p)[BN, BW] @ xp_p[16, BW]^T,
+    so the decoded weights are the tensor cores' A operand (which may stay in registers on
+    sm_90) and the rows the narrow N side."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    KW: tl.constexpr = K // 8
+    wp = w_ptr.to(tl.pointer_type(tl.int32))
+    n2 = tl.arange(0, BN)[:, None]
+    j2 = tl.arange(0, BW)[None, :]
+    r2 = tl.arange(0, 16)[:, None]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        acc = tl.zeros((BN, 16), tl.float32)
+        for j0 in tl.range(0, KW, BW, num_stages=STAGES):
+            w = tl.load(wp + e * N * KW + (n0 + n2) * KW + j0 + j2)
+            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + (j0 + j2) // 4).to(tl.int32)
+            scale = ((sc + 14) << 23).to(tl.float32, bitcast=True)
+            for p in tl.static_range(8):
+                v = (_dec_plane(w, p) * scale).to(tl.bfloat16)
+                xv = tl.load(xp_ptr + r2 * K + p * KW + j0 + j2, mask=r2 < R, other=0.0)
+                acc = tl.dot(v, tl.trans(xv), acc)
+        rr = tl.arange(0, 16)[None, :]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
+
+
+@triton.jit
+def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+           BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SWAP: tl.constexpr):
+    """tl.dot_scaled over the weights as SGLang stores them (bytes [N, K/2], ue8m0 scales
+    [N, K/32]) and x as it is: SWAP: acc[BN, 16] = W[BN, BK] @ x^T (weights the lhs), else
+    acc[16, BN] = x @ W^T (weights the rhs). Triton decomposes it on sm_90 (no FP4 unit)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    BKH: tl.constexpr = BK // 2
+    n2 = tl.arange(0, BN)[:, None]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        if SWAP:
+            acc = tl.zeros((BN, 16), tl.float32)
+        else:
+            acc = tl.zeros((16, BN), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            w = tl.load(w_ptr + e * N * (K // 2) + (n0 + n2) * (K // 2) + k0 // 2 + tl.arange(0, BKH)[None, :])
+            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + k0 // 32
+                         + tl.arange(0, BK // 32)[None, :])
+            if SWAP:
+                kk = k0 + tl.arange(0, BK)[:, None]
+                rr = tl.arange(0, 16)[None, :]
+                xt = tl.load(x_ptr + rr * K + kk, mask=rr < R, other=0.0)
+                acc = tl.dot_scaled(w, sc, "e2m1", xt, None, "bf16", acc)
+            else:
+                rr = tl.arange(0, 16)[:, None]
+                kk = k0 + tl.arange(0, BK)[None, :]
+                xv = tl.load(x_ptr + rr * K + kk, mask=rr < R, other=0.0)
+                acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc)
+        if SWAP:
+            rr = tl.arange(0, 16)[None, :]
+            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
+        else:
+            rr = tl.arange(0, 16)[:, None]
+            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
 # ---------------------------------------------------------------- dense bf16
 @triton.jit
 def bf16_cur(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -188,13 +256,16 @@ def main():
     bw = 2 * (1 << 30) / cp_us / 1e3  # GB/s read+write
     print(f"MB copy {bw:.0f} GB/s (read+write)")
     del big
-    # -- FP4 up phase at a TP-8 rank: N = 2*384, K = 3584
-    N, K = 768, 3584
-    for n_e, R in ((16, 1), (117, 8), (59, 4)):
+    # -- FP4 experts at a TP-8 rank: up (N = 2*384, K = 3584) and down (N = 3584, K = 384)
+    cases = [(768, 3584, n_e, R) for n_e, R in ((16, 1), (32, 2), (59, 4), (117, 8))]
+    cases += [(3584, 384, n_e, R) for n_e, R in ((16, 1), (32, 2), (59, 4), (117, 8))]
+    for N, K, n_e, R in cases:
         g = torch.Generator(device=dev).manual_seed(n_e)
         w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
         s = torch.randint(118, 128, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
         x = torch.randn(R, K, device=dev, generator=g).bfloat16()
+        x16 = torch.zeros(16, K, dtype=torch.bfloat16, device=dev)
+        x16[:R] = x
         xp = x.view(R, K // 8, 8).permute(0, 2, 1).contiguous()  # [R, 8, K/8]
         xp16 = torch.zeros(16, 8, K // 8, dtype=torch.bfloat16, device=dev)
         xp16[:R] = xp
@@ -208,19 +279,33 @@ def main():
         out = torch.empty(n_e, R, N, device=dev)
 
         def go(name, fn, **meta):
-            _measure(f"fp4 {name} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
+            _measure(f"fp4 {name} N={N} K={K} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
 
-        for mx4d in (0, 1):
-            for bkh, bn in (((256 if R == 1 else 64), 16), (128, 32)):
-                go(f"cur mx4d={mx4d} BN={bn} BKH={bkh} nw8", fp4_cur, x_ptr=x, w_ptr=w, s_ptr=s,
-                   n_e=n_e, R=R, N=N, K=K, BN=bn, BKH=bkh, STAGES=3, MX4D=mx4d, num_warps=8)
-        for bn, gg, st, nw in ((16, 8, 3, 8), (32, 8, 1, 8), (32, 8, 3, 8), (32, 8, 2, 16), (64, 8, 2, 16),
-                               (32, 16, 3, 16)):
-            go(f"words BN={bn} G={gg} st={st} nw={nw}", fp4_words, xp_ptr=xp, w_ptr=w, s_ptr=s,
-               n_e=n_e, R=R, N=N, K=K, BN=bn, G=gg, STAGES=st, num_warps=nw)
-        for bn, bw_, st, nw in ((32, 32, 3, 4), (64, 32, 3, 4), (64, 64, 3, 8), (128, 32, 3, 8), (64, 32, 4, 8)):
-            go(f"tc BN={bn} BW={bw_} st={st} nw={nw}", fp4_tc, xp_ptr=xp16, w_ptr=w, s_ptr=s,
-               n_e=n_e, R=R, N=N, K=K, BN=bn, BW=bw_, STAGES=st, num_warps=nw)
+        if os.environ.get("MB_SWEEP") == "ds":  # dot_scaled, weights the rhs: tile sweep
+            for bn, bk, st, nw in ((64, 256, 3, 4), (64, 128, 3, 4), (64, 128, 4, 4), (32, 256, 3, 4),
+                                   (32, 128, 4, 4), (128, 128, 3, 4), (128, 256, 2, 8), (64, 256, 3, 8),
+                                   (128, 128, 3, 8), (32, 512, 2, 4), (64, 512, 2, 4), (16, 256, 3, 4)):
+                if K % bk == 0:
+                    go(f"ds noswap BN={bn} BK={bk} st={st} nw={nw}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s,
+                       n_e=n_e, R=R, N=N, K=K, BN=bn, BK=bk, STAGES=st, SWAP=False, num_warps=nw)
+            continue
+        if R <= 2:
+            bkh = min(K // 2, 256 if R == 1 else 128)
+            go(f"cur BN=16 BKH={bkh} nw8", fp4_cur, x_ptr=x, w_ptr=w, s_ptr=s,
+               n_e=n_e, R=R, N=N, K=K, BN=16, BKH=bkh, STAGES=3, MX4D=1, num_warps=8)
+        for bn, bw_, st, nw in ((64, 32, 3, 4), (64, 16, 3, 4)):
+            if 8 * bw_ <= K:
+                go(f"tc BN={bn} BW={bw_} st={st} nw={nw}", fp4_tc, xp_ptr=xp16, w_ptr=w, s_ptr=s,
+                   n_e=n_e, R=R, N=N, K=K, BN=bn, BW=bw_, STAGES=st, num_warps=nw)
+        for bn, bk, st, nw in ((64, 256, 3, 4), (64, 128, 4, 4), (32, 256, 3, 4), (128, 256, 3, 8),
+                               (64, 512, 2, 4), (128, 128, 4, 8), (64, 128, 3, 8)):
+            if bk <= K:
+                go(f"ds swap BN={bn} BK={bk} st={st} nw={nw}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s,
+                   n_e=n_e, R=R, N=N, K=K, BN=bn, BK=bk, STAGES=st, SWAP=True, num_warps=nw)
+        go("ds noswap BN=64 BK=256 st=3 nw=4", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s,
+           n_e=n_e, R=R, N=N, K=K, BN=64, BK=min(256, K), STAGES=3, SWAP=False, num_warps=4)
+    if os.environ.get("MB_DENSE", "1") == "0":
+        return
     # -- dense: the front [S2+E+L = 1536+384+3584 -> 5504, H 7168]
     N, K = 5504, 7168
     for R in (1, 2, 8):

@@ -162,46 +162,25 @@ def _gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
 
 
 @triton.jit
-def _planar(col, K: tl.constexpr):
-    """Where element `col` of a K-wide row lives in the planar layout the tensor-core
-    MXFP4 path reads: plane p = col % 8 holds the elements 8j + p, j = 0..K/8-1, so that
-    code p of every MXFP4 word meets plane p of x and the decode needs no interleave."""
-    return (col % 8) * (K // 8) + col // 8
-
-
-@triton.jit
-def _e2m1_plane_f32(word, p: tl.constexpr):
-    """Code p (bits 4p..4p+3) of MXFP4 words (int32, 8 codes each) as fp32 times 2^-14,
-    exactly (the fp16 bit placement of _e2m1_pair_f32)."""
-    t = word >> (4 * p)
-    return (((t & 7) << 9) | ((t & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
-
-
-@triton.jit
-def _dot_mxfp4_planar(xp_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
-                      BM: tl.constexpr, BN: tl.constexpr, BW: tl.constexpr, STAGES: tl.constexpr):
-    """acc[BM, BN] += x[:M] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W (bytes [N, K/2],
-    low nibble = even element; ue8m0 scales [N, K/32]; swn a multiple of 4) and x stored
-    planar (_planar). W is read as int32 words, BW a step: one word = 8 codes = a quarter
-    of a scale group. Each of the 8 code planes is decoded to bf16 (exact: two significant
-    bits times a power of two) and multiplied with the same plane of x, a [BM, BW] slab.
-    Measured 2.2x the byte rate of the FMA path at 8 rows (docs/evidence/k2-sm90.md)."""
-    KW = K // 8
-    wp = w_ptr.to(tl.pointer_type(tl.int32))
+def _dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """acc[BM, BN] += x[:M, :K] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W as SGLang
+    stores it (bytes [N, K/2], low nibble = even element; ue8m0 scales [N, K/32]), through
+    tl.dot_scaled with the weights as the scaled rhs: Triton decodes the codes to bf16
+    (exact: two significant bits times a power of two) in registers and feeds the tensor
+    cores from there. Measured 2.3x the planar code-plane dots at 8 rows and 3x the FMA
+    GEMV at 2 (docs/evidence/k2-sm90.md)."""
     rn = n0 + tl.arange(0, BN)
     rm = tl.arange(0, BM)
-    rj = tl.arange(0, BW)
-    for j0 in tl.range(0, KW, BW, num_stages=STAGES):
-        jm = (j0 + rj[None, :]) < KW
-        wmask = (rn[:, None] < N) & jm
-        word = tl.load(wp + rn[:, None] * (swn // 4) + j0 + rj[None, :], mask=wmask, other=0)
-        sc = tl.load(s_ptr + rn[:, None] * ssn + (j0 + rj[None, :]) // 4, mask=wmask, other=0).to(tl.int32)
-        scale = _scale_f32(sc, 14)
-        for p in tl.static_range(8):
-            v = (_e2m1_plane_f32(word, p) * scale).to(tl.bfloat16)
-            x = tl.load(xp_ptr + rm[:, None] * sxm + p * KW + j0 + rj[None, :], mask=(rm[:, None] < M) & jm,
-                        other=0.0)
-            acc = tl.dot(x.to(tl.bfloat16), tl.trans(v), acc)
+    nm = rn[:, None] < N
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        rb = k0 // 2 + tl.arange(0, BK // 2)
+        w = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nm & (rb[None, :] < K // 2), other=0)
+        rg = k0 // 32 + tl.arange(0, BK // 32)
+        sc = tl.load(s_ptr + rn[:, None] * ssn + rg[None, :], mask=nm & (rg[None, :] < K // 32), other=0)
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        acc = tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", tl.trans(w), sc, "e2m1", acc)
     return acc
 
 
@@ -318,9 +297,8 @@ def k2_kernel(
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     PERSISTENT: tl.constexpr = PHASE < 0
-    # MXFP4 experts on the tensor cores read their inputs (the routed latent, the
-    # activations) in the planar layout of _planar; the FMA paths read rows as they are
-    PLANAR: tl.constexpr = MXFP4 and not EXPERT_GEMV
+    # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
+    SCALED: tl.constexpr = MXFP4 and not EXPERT_GEMV
     t0 = 0
     if PERSISTENT:
         t0 = now_ns(HIP)
@@ -418,10 +396,8 @@ def k2_kernel(
                 tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
                 acc = _dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
-                col = n0 - S2 - E + rn
-                if PLANAR:
-                    col = _planar(col, L)
-                tl.store(xin_ptr + rm[:, None] * L + col[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+                tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
+                         mask=rm[:, None] < M)
         if PERSISTENT:
             grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, HIP)
 
@@ -467,12 +443,12 @@ def k2_kernel(
             else:  # every row (masked past M)
                 g = tl.zeros((XR, BI), tl.float32)
                 u = tl.zeros((XR, BI), tl.float32)
-                if PLANAR:
-                    g = _dot_mxfp4_planar(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                          ssc13_n, i0, I, L, g, XR, BI, BKX // 8, STAGES)
-                    u = _dot_mxfp4_planar(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                if SCALED:
+                    g = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                                          ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES)
+                    u = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                           sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                          XR, BI, BKX // 8, STAGES)
+                                          XR, BI, BKX, STAGES)
                 elif MXFP4:
                     g += _gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
                                      ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
@@ -485,10 +461,7 @@ def k2_kernel(
                     u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
                                   XR, BI, BKX, STAGES, EXPERT_GEMV)
                 act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                col = ri
-                if PLANAR:
-                    col = _planar(ri, I)
-                tl.store(act_ptr + (n * XR + rx[:, None]) * I + col[None, :], act)
+                tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
@@ -523,9 +496,9 @@ def k2_kernel(
                                  mask=uok[:, None])
                 else:
                     y = tl.zeros((XR, BL), tl.float32)
-                    if PLANAR:
-                        y = _dot_mxfp4_planar(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD // 8, STAGES)
+                    if SCALED:
+                        y = _dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES)
                     elif MXFP4:
                         y += _gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
                                          sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
