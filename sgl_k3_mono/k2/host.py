@@ -25,6 +25,14 @@ def _next_pow2(n: int) -> int:
     return 1 << (max(1, n) - 1).bit_length()
 
 
+def _pow2_divisor(*strides: int, cap: int = 16) -> int:
+    """The largest power of two (<= cap) dividing every stride."""
+    a = cap
+    while a > 1 and any(v % a for v in strides):
+        a //= 2
+    return a
+
+
 def _pow2_floor(n: int) -> int:
     return 1 << (max(1, n).bit_length() - 1)
 
@@ -375,6 +383,7 @@ class K2Launch:
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
+            SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
         )
         return args, meta
 

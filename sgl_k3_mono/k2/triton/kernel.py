@@ -163,13 +163,18 @@ def _gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
 
 @triton.jit
 def _dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
-                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                      SA: tl.constexpr):
     """acc[BM, BN] += x[:M, :K] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W as SGLang
     stores it (bytes [N, K/2], low nibble = even element; ue8m0 scales [N, K/32]), through
     tl.dot_scaled with the weights as the scaled rhs: Triton decodes the codes to bf16
     (exact: two significant bits times a power of two) in registers and feeds the tensor
     cores from there. Measured 2.3x the planar code-plane dots at 8 rows and 3x the FMA
-    GEMV at 2 (docs/evidence/k2-sm90.md)."""
+    GEMV at 2 (docs/evidence/k2-sm90.md). SA: a power of two the scale row stride is a
+    multiple of (the host checked): a scale row's bytes then go as one cp.async, where an
+    unknown stride (12 at a TP-8 rank's down projection) leaves byte loads outside the
+    pipeline."""
+    ssn = (ssn // SA) * SA
     rn = n0 + tl.arange(0, BN)
     rm = tl.arange(0, BM)
     nm = rn[:, None] < N
@@ -292,7 +297,7 @@ def k2_kernel(
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
-    MX4D: tl.constexpr = True, XU: tl.constexpr = 0,
+    MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -445,10 +450,10 @@ def k2_kernel(
                 u = tl.zeros((XR, BI), tl.float32)
                 if SCALED:
                     g = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                          ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES)
+                                          ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
                     u = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                           sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                          XR, BI, BKX, STAGES)
+                                          XR, BI, BKX, STAGES, SCALE_ALIGN)
                 elif MXFP4:
                     g += _gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
                                      ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
@@ -498,7 +503,7 @@ def k2_kernel(
                     y = tl.zeros((XR, BL), tl.float32)
                     if SCALED:
                         y = _dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES)
+                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES, SCALE_ALIGN)
                     elif MXFP4:
                         y += _gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
                                          sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
