@@ -7,8 +7,10 @@ M = 1, 2, 4, 8:
   for the same work (`forward.standard`: SGLang's seam kernels, cuBLAS, SGLang's KDA
   decode kernel, library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to
   compose);
-- bare: the step with the launches replaced by no-ops (what the harness's torch MLA,
-  layer 0, seams and logits cost, identical in both);
+- bare: the step with the launches replaced by no-ops (what the common parts cost: MLA,
+  layer 0, seams and logits, identical in both); `--common bf16` (the default) runs them
+  as bf16 GEMMs like a served step (`forward.bench_hooks`), `--common fp32` as the
+  tests' reference-exact hooks (fp32-widened weights);
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
   activations and the routed experts the step's rows really touch (each row its own
   token, so rows route apart as in serving).
@@ -37,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experts", type=int, default=896)
     ap.add_argument("--fmt", default="mxfp4", choices=("bf16", "mxfp4"))
     ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--common", default="bf16", choices=("bf16", "fp32"),
+                    help="MLA, layer 0 and logits as bf16 GEMMs (a served step's way) or the tests' fp32 hooks")
     args = ap.parse_args(argv)
 
     import torch
@@ -59,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     d = w.dims
     print(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
           f"{d.kda_heads} KDA / {d.mla_heads} MLA heads, E {d.experts} {args.fmt}, vocab {d.vocab}; "
-          f"read bandwidth {read_gb_s:.0f} GB/s")
+          f"read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
     print(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
@@ -71,7 +75,12 @@ def main(argv: list[str] | None = None) -> int:
         warm(model, plan, bufs, deadline_s=10)
         slots = torch.arange(m)
         state = harness.HarnessState.fresh(w, slots, m, 64, "cuda")
-        hooks = harness.HarnessHooks(w, state, slots)
+        if args.common == "bf16":
+            from sgl_k3_mono.forward.bench_hooks import Bf16BenchHooks
+
+            hooks = Bf16BenchHooks(w, state, slots)
+        else:
+            hooks = harness.HarnessHooks(w, state, slots)
         # distinct tokens a row (the same token in every row would route every row alike and
         # let the launch read a row's 16 experts once for all M)
         ids = torch.randint(0, d.vocab, (m,), generator=torch.Generator().manual_seed(m)).cuda()

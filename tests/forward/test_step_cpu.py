@@ -139,6 +139,32 @@ def test_the_standard_step_bench_step_times_computes_the_same_step(tiny):
     assert launches.k1.__module__ == launches.k2.__module__ == "sgl_k3_mono.forward.launches"  # restored
 
 
+def test_the_bench_bf16_hooks_compute_the_same_step(tiny):
+    """`bench step --common bf16` (the default) runs MLA, layer 0 and the logits as bf16
+    GEMMs in both of its steps: the step must stay the same function (logits within
+    bf16 rounding of the reference step's, argmax equal), else the bare column would time
+    different work. The reference launches keep the launch side exact."""
+    from sgl_k3_mono.forward.bench_hooks import Bf16BenchHooks
+
+    w, model = tiny
+    rows = 3
+    plan = plans_for(model, (rows,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90", impl="reference",
+                     grid=4)[("decode", rows, 1)]
+    bufs = StepBuffers.allocate(plan, "cpu", deadline_s=10)
+    slots = torch.arange(rows) * 2
+    state = harness.HarnessState.fresh(w, slots, 2 * rows, 8, "cpu")
+    hooks = Bf16BenchHooks(w, state, slots)
+    ref_state = DecodeState.fresh(w.dims, 1, 2 * rows)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(3):
+        ids = torch.randint(0, w.dims.vocab, (rows,), generator=g)
+        got = run_step(model, plan, bufs, hooks, ids, deadline_s=10)
+        ref = decode_step(w, ref_state, ids, slots, tp=1, isa="sm_90")
+        m = measure(got.float(), ref)
+        assert m["cosine"] > 0.9998 and m["rel"] < 0.03, m
+        assert torch.equal(got.argmax(-1), ref.argmax(-1))
+
+
 def test_every_gpu_case_has_a_recorded_yardstick():
     """The GPU step tests read their bounds from yardstick.json; a case without one fails
     there only after minutes of device time (the fifth session's TP-2 stall run did)."""

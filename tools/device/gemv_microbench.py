@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from sgl_k3_mono.k2.triton.kernel import _gemv_mxfp4, _gemv_bf16  # noqa: E402
+from sgl_k3_mono.k2.triton.kernel import _dot_mxfp4_scaled, _gemv_bf16, _gemv_mxfp4  # noqa: E402
 
 
 # ---------------------------------------------------------------- FP4 experts (gate|up)
@@ -174,6 +174,32 @@ def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, 
             tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
 
 
+@triton.jit
+def fp4_k2dot(x_ptr, w_ptr, s_ptr, out_ptr, eid_ptr, n_e, R, sw_e, sw_n, ss_e, ss_n, N: tl.constexpr,
+              K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SA: tl.constexpr,
+              UP: tl.constexpr):
+    """K2's own helper (_dot_mxfp4_scaled: masks, runtime rows and strides) over experts picked
+    through a table (eid) like routing does. UP: K2's gate/up item (two BN-row dots, rows n0
+    and N/2 + n0, then SiTU), else one dot over BN rows."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    NT: tl.constexpr = N // BN // (2 if UP else 1)
+    for item in range(pid, n_e * NT, nprog):
+        n = item // NT
+        e = tl.load(eid_ptr + n).to(tl.int64)
+        n0 = (item % NT) * BN
+        acc = tl.zeros((16, BN), tl.float32)
+        acc = _dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e, sw_n, s_ptr + e * ss_e, ss_n, n0, N, K, acc,
+                                16, BN, BK, STAGES, SA)
+        rr = tl.arange(0, 16)[:, None]
+        if UP:
+            u = tl.zeros((16, BN), tl.float32)
+            u = _dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e + (N // 2) * sw_n, sw_n,
+                                  s_ptr + e * ss_e + (N // 2) * ss_n, ss_n, n0, N, K, u, 16, BN, BK, STAGES, SA)
+            acc = acc * tl.sigmoid(acc) * u
+        tl.store(out_ptr + (n * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
 # ---------------------------------------------------------------- dense bf16
 @triton.jit
 def bf16_cur(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
@@ -281,6 +307,28 @@ def main():
         def go(name, fn, **meta):
             _measure(f"fp4 {name} N={N} K={K} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
 
+        if os.environ.get("MB_SWEEP") == "k2":  # bisect K2's expert phases against fp4_ds
+            bk = 256 if K >= 1024 else 128
+            bn = 64 if K >= 1024 else 128
+            go(f"ds noswap BN={bn} BK={bk}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K,
+               BN=bn, BK=bk, STAGES=3, SWAP=False, num_warps=4)
+            big_w = torch.empty(896, N, K // 2, dtype=torch.uint8, device=dev)
+            big_s = torch.empty(896, N, K // 32, dtype=torch.uint8, device=dev)
+            eid = torch.randperm(896, device=dev, generator=g)[:n_e].to(torch.int32)
+            big_w[eid.long()] = w
+            big_s[eid.long()] = s
+            for sa in (16, 1):
+                go(f"k2dot SA={sa} BN={bn} BK={bk}", fp4_k2dot, x_ptr=x16, w_ptr=big_w, s_ptr=big_s, eid_ptr=eid,
+                   n_e=n_e, R=R, sw_e=big_w.stride(0), sw_n=big_w.stride(1), ss_e=big_s.stride(0),
+                   ss_n=big_s.stride(1), N=N, K=K, BN=bn, BK=bk, STAGES=3, SA=sa, UP=False, num_warps=4)
+            if K >= 1024:
+                out.fill_(0)
+                print("MB (k2up: relerr is against the plain product, not gated)", flush=True)
+                go(f"k2up BN=64 BK={bk}", fp4_k2dot, x_ptr=x16, w_ptr=big_w, s_ptr=big_s, eid_ptr=eid,
+                   n_e=n_e, R=R, sw_e=big_w.stride(0), sw_n=big_w.stride(1), ss_e=big_s.stride(0),
+                   ss_n=big_s.stride(1), N=N, K=K, BN=64, BK=bk, STAGES=3, SA=16, UP=True, num_warps=4)
+            del big_w, big_s
+            continue
         if os.environ.get("MB_SWEEP") == "ds":  # dot_scaled, weights the rhs: tile sweep
             for bn, bk, st, nw in ((64, 256, 3, 4), (64, 128, 3, 4), (64, 128, 4, 4), (32, 256, 3, 4),
                                    (32, 128, 4, 4), (128, 128, 3, 4), (128, 256, 2, 8), (64, 256, 3, 8),
