@@ -4,16 +4,20 @@ an SM, like K2): the MXFP4 experts' gate/up at a TP-8 rank's shapes (N 768, K 35
 formulation against an fp32 torch reference. One line a variant:
 `MB <fp4|dense> <variant> ... us=<graph-replay median> GBs=<weight bytes / us>`.
 
-Variants: `cur` = K2's FMA GEMV helpers as they were; `words` = MXFP4 read as int32
-words with x stored planar, FMAs; `tc` = the same words on the tensor cores, one code
-plane a dot (what K2's planar path became); dense `cur` (GEMV), `split` (FMAs with an
-in-thread K split) and `tc` (tl.dot with rows padded to 16).
+Variants: `cur` = K2's FMA GEMV helpers; `words` = MXFP4 read as int32 words with x
+stored planar, FMAs; `tc` = the same words on the tensor cores, one code plane a dot
+(K2's path until the sixth session); `ds swap|noswap` = `tl.dot_scaled` over the weights as SGLang stores them, the
+weights the lhs or the rhs (noswap is what K2 runs now); `k2dot` / `k2up` = K2's own
+helper (masks, runtime strides, experts through a table) and K2's gate/up item shape;
+dense `cur` (GEMV), `split` (FMAs with an in-thread K split) and `tc` (tl.dot with rows
+padded to 16). MB_SWEEP=ds: the dot_scaled tile sweep; MB_SWEEP=k2: the K2 bisect;
+MB_DENSE=0 skips the dense shapes.
 
 Run on the GPU from the repository root: `python3 tools/device/gemv_microbench.py`
 (MB_ONLY=<substring> to run only matching variants). The `frac` column divides by half
 the D2D copy rate measured here, which undercounts the read bandwidth (K2's bench
 measures 4.26 TB/s reads): read GBs against 4260 instead.
-Results: docs/evidence/logs/gemv-microbench-2026-11-30.log."""
+Results: docs/evidence/logs/gemv-microbench-2026-11-30.log, logs/s6-*-microbench*, s6-dot-scaled-*, s6-k2-helper-bisect-*."""
 import os
 import sys
 
@@ -104,35 +108,6 @@ def fp4_tc(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
                 acc = tl.dot(xv, tl.trans(v), acc)
         rr = tl.arange(0, 16)[:, None]
         tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
-
-
-@triton.jit
-def fp4_tcswap(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-               BN: tl.constexpr, BW: tl.constexpr, STAGES: tl.constexpr):
-    """fp4_tc with the operands swapped: acc[BN, 16] += dec(w >> 4p)[BN, BW] @ xp_p[16, BW]^T,
-    so the decoded weights are the tensor cores' A operand (which may stay in registers on
-    sm_90) and the rows the narrow N side."""
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    KW: tl.constexpr = K // 8
-    wp = w_ptr.to(tl.pointer_type(tl.int32))
-    n2 = tl.arange(0, BN)[:, None]
-    j2 = tl.arange(0, BW)[None, :]
-    r2 = tl.arange(0, 16)[:, None]
-    for item in range(pid, n_e * (N // BN), nprog):
-        e = (item // (N // BN)).to(tl.int64)
-        n0 = (item % (N // BN)) * BN
-        acc = tl.zeros((BN, 16), tl.float32)
-        for j0 in tl.range(0, KW, BW, num_stages=STAGES):
-            w = tl.load(wp + e * N * KW + (n0 + n2) * KW + j0 + j2)
-            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + (j0 + j2) // 4).to(tl.int32)
-            scale = ((sc + 14) << 23).to(tl.float32, bitcast=True)
-            for p in tl.static_range(8):
-                v = (_dec_plane(w, p) * scale).to(tl.bfloat16)
-                xv = tl.load(xp_ptr + r2 * K + p * KW + j0 + j2, mask=r2 < R, other=0.0)
-                acc = tl.dot(v, tl.trans(xv), acc)
-        rr = tl.arange(0, 16)[None, :]
-        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
 
 
 @triton.jit
