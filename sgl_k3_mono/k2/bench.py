@@ -95,8 +95,10 @@ def standard_path(w, *, top_k: int):
 
 
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
-        block: Optional[dict] = None) -> list[dict]:
-    """`block`: tile overrides for K2Launch.block (the sweep the defaults came from)."""
+        block: Optional[dict] = None, per_sm: int = 1) -> list[dict]:
+    """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
+    `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
+    build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
@@ -125,7 +127,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             bank = torch.randn(m, nb, d.hidden, generator=g, device="cuda").bfloat16()
             prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
             out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
-            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=sms), "cuda")
+            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=per_sm * sms), "cuda",
+                                    deadline_s=5.0)
             launch.set_block(**(block or {}))
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             per_phase = []
@@ -161,12 +164,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--no-phases", action="store_true")
     ap.add_argument("--block", action="append", default=[],
                     help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
+    ap.add_argument("--per-sm", type=int, default=1, help="persistent programs an SM (experiment)")
     a = ap.parse_args(argv)
     for spec in a.block or [""]:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
-            block=block)
+            block=block, per_sm=a.per_sm)
     return 0
 
 

@@ -1,0 +1,56 @@
+"""Nsight Compute target for K2's MXFP4 expert phases on the H200 (a TP-8 rank, M 8).
+
+`k2`: the persistent launch once (routing), then experts_up (phase 4) and experts_down
+(phase 5), each as its own launch. `mb`: the microbenchmark's K2 helper alone over the
+same down shape (117 experts through a table). From the repository root on the GPU:
+
+    S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy"
+    ncu --clock-control none -k regex:k2_kernel --launch-skip 1 --launch-count 2 $S \\
+        python3 tools/device/ncu_k2_experts.py k2
+    ncu --clock-control none -k regex:fp4_k2dot --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mb
+
+Results: docs/evidence/logs/s6-ncu-*.log (k2-sm90.md)."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+
+
+def k2() -> None:
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+    from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
+
+    d, m = tp8_rank_dims(), 8
+    rw = random_k2_weights(d, fmt="mxfp4", device="cuda", seed=1).shard(0, 1)
+    g = torch.Generator(device="cuda").manual_seed(m)
+    attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
+    bank = torch.randn(m, 8, d.hidden, generator=g, device="cuda").bfloat16()
+    prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
+    out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=8, grid=sms), "cuda")
+    launch(rw, attn, bank, 4, prefix, out)
+    for p in (4, 5):
+        launch(rw, attn, bank, 4, prefix, out, phase=p)
+    torch.cuda.synchronize()
+
+
+def mb() -> None:
+    sys.path.insert(0, "tools/device")
+    import gemv_microbench as bench
+
+    N, K, n_e, R = 3584, 384, 117, 8
+    w = torch.randint(0, 256, (896, N, K // 2), dtype=torch.uint8, device="cuda")
+    s = torch.randint(118, 128, (896, N, K // 32), dtype=torch.uint8, device="cuda")
+    eid = torch.randperm(896, device="cuda")[:n_e].to(torch.int32)
+    x16 = torch.randn(16, K, device="cuda").bfloat16()
+    out = torch.empty(n_e, R, N, device="cuda")
+    bench.fp4_k2dot[(132,)](x16, w, s, out, eid, n_e, R, w.stride(0), w.stride(1), s.stride(0), s.stride(1),
+                            N=N, K=K, BN=128, BK=128, STAGES=3, SA=4, UP=False, num_warps=4)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    {"k2": k2, "mb": mb}[sys.argv[1]]()
