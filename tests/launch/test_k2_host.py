@@ -1,0 +1,57 @@
+"""K2's host-side tile and alignment choices, on the CPU (no launch): what the kernel is
+told it may assume must hold for the tensors it is handed."""
+
+from __future__ import annotations
+
+import pytest
+
+from sgl_k3_mono.k2 import host
+
+
+@pytest.mark.parametrize("fmt,rows,tp", [("mxfp4", 1, 1), ("mxfp4", 8, 1), ("mxfp4", 4, 2), ("bf16", 2, 1)])
+def test_scale_align_divides_the_scale_row_strides(fmt, rows, tp):
+    """The kernel rounds the scale row stride down to a multiple of SCALE_ALIGN so the
+    compiler can vectorise; that is the identity only if SCALE_ALIGN divides the stride.
+    At a TP-8 rank the down projection's scale rows are 12 bytes: 4, not 16."""
+    from sgl_k3_mono.compile_check import _k2_variant
+
+    kernel, args, meta = _k2_variant(fmt, "sm_90", rows, "sm_90", tp=tp)
+    a = dict(zip(kernel.arg_names, args))
+    if fmt == "bf16":
+        assert meta["SCALE_ALIGN"] == 1
+        return
+    strides = (a["ssc13_n"], a["ssc2_n"])
+    assert strides == (112, 12)
+    assert meta["SCALE_ALIGN"] == 4
+    assert all(s % meta["SCALE_ALIGN"] == 0 for s in strides)
+
+
+def test_pow2_divisor():
+    assert host._pow2_divisor(12, 112) == 4
+    assert host._pow2_divisor(48, 16) == 16
+    assert host._pow2_divisor(7) == 1
+    assert host._pow2_divisor(64, cap=8) == 8
+
+
+def test_default_tiles_by_rows_and_format():
+    """1 row: GEMV everywhere (8 warps); from 2 rows the tensor cores, MXFP4 experts through
+    dot_scaled with 4 warps; bf16 at 2 rows with 8 warps (docs/evidence/k2-sm90.md)."""
+    one = host.default_tiles(1, mxfp4=True)
+    assert one["DENSE_GEMV"] and one["EXPERT_GEMV"] and one["num_warps"] == 8
+    for rows in range(2, 9):
+        t = host.default_tiles(rows, mxfp4=True)
+        assert not t["DENSE_GEMV"] and not t["EXPERT_GEMV"] and t["num_warps"] == 4, (rows, t)
+    assert host.default_tiles(2, mxfp4=False)["num_warps"] == 8
+    assert host.default_tiles(4, mxfp4=False)["num_warps"] == 4
+
+
+@pytest.mark.parametrize("latent,inter", [(3584, 384), (96, 48), (256, 64), (64, 32)])
+def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
+    """Tensor-core expert K steps: a power of two, at least 64 (two scale groups), at most
+    the width rounded down to a power of two (masks cover a ragged tail)."""
+    b = host.fit_tiles(host.k2_tiles(8, dense_gemv=False, expert_gemv=False, num_warps=4), hidden=7168,
+                       shared2=1536, experts=896, latent=latent, inter=inter)
+    for key, width in (("BKX", latent), ("BKD", inter)):
+        k = b[key]
+        assert k & (k - 1) == 0 and k >= 64, (key, k)
+        assert k <= max(64, host._pow2_floor(width)), (key, k, width)
