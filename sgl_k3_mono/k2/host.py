@@ -217,8 +217,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     every row (0: every row). launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
-    pow2_at_most = lambda n: 1 << (max(1, int(n)).bit_length() - 1)  # noqa: E731
-    clamp = lambda v, lo, hi: max(lo, min(hi, pow2_at_most(v)))  # noqa: E731
+    clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
     t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps)
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))

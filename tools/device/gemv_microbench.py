@@ -17,7 +17,8 @@ Run on the GPU from the repository root: `python3 tools/device/gemv_microbench.p
 (MB_ONLY=<substring> to run only matching variants). The `frac` column divides by half
 the D2D copy rate measured here, which undercounts the read bandwidth (K2's bench
 measures 4.26 TB/s reads): read GBs against 4260 instead.
-Results: docs/evidence/logs/gemv-microbench-2026-11-30.log, logs/s6-*-microbench*, s6-dot-scaled-*, s6-k2-helper-bisect-*."""
+Results: docs/evidence/logs/gemv-microbench-2026-11-30.log, logs/s6-*-microbench*,
+s6-dot-scaled-*, s6-k2-helper-bisect-*."""
 import os
 import sys
 

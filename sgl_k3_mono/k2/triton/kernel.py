@@ -171,7 +171,7 @@ def _dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
     (exact: two significant bits times a power of two) in registers and feeds the tensor
     cores from there. Measured 2.3x the planar code-plane dots at 8 rows and 3x the FMA
     GEMV at 2 (docs/evidence/k2-sm90.md). SA: a power of two the scale row stride is a
-    multiple of (the host checked): a scale row's bytes then go as one cp.async, where an
+    multiple of (host._pow2_divisor of the strides): a scale row's bytes then go as one cp.async, where an
     unknown stride (12 at a TP-8 rank's down projection) leaves byte loads outside the
     pipeline."""
     ssn = (ssn // SA) * SA
@@ -503,7 +503,8 @@ def k2_kernel(
                     y = tl.zeros((XR, BL), tl.float32)
                     if SCALED:
                         y = _dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES, SCALE_ALIGN)
+                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES,
+                                              SCALE_ALIGN)
                     elif MXFP4:
                         y += _gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
                                          sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
