@@ -148,8 +148,25 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I // 2), "uint8")
         r.tensor(where, "experts.w2_weight_scale", getattr(experts, "w2_weight_scale", None),
                  (E, L, I // 32), "uint8")
+        _nan_scales(r, where, experts)
     else:
         r.add(where, f"routed experts use {method}; K2 reads {list(EXPERT_FORMATS)}")
+
+
+def _nan_scales(r: _Reasons, where: str, experts: Any) -> None:
+    """K2 decodes MXFP4 without the NaN-scale select (kernel._dot_mxfp4_scaled, fast_math),
+    so a NaN scale would come out finite where SGLang's output is NaN: refuse it instead."""
+    import torch
+
+    from sgl_k3_mono.reference.mxfp4 import nan_scale_count
+
+    for name in ("w13_weight_scale", "w2_weight_scale"):
+        t = getattr(experts, name, None)
+        if isinstance(t, torch.Tensor) and t.dtype == torch.uint8:
+            n = nan_scale_count(t)
+            if n:
+                r.add(where, f"experts.{name} holds {n} NaN scales (E8M0 255); K2's MXFP4 decode does not "
+                      "carry NaN scales, so the weights are refused rather than served as finite numbers")
 
 
 def _moe(r: _Reasons, where: str, mlp: Any, d: K3Dims) -> None:

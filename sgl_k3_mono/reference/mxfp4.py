@@ -69,6 +69,11 @@ def e8m0_to_float(scales: torch.Tensor) -> torch.Tensor:
     return torch.where(s == _E8M0_NAN, torch.full_like(out, float("nan")), out)
 
 
+def nan_scale_count(scales: torch.Tensor) -> int:
+    """How many E8M0 scales are the NaN code (255): groups whose every element is NaN."""
+    return int((scales == _E8M0_NAN).sum().item())
+
+
 def dequant(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """packed [..., K/2] uint8 + scales [..., K/32] uint8 -> [..., K] fp32 (exact values)."""
     _refuse_shuffled(packed, scales)

@@ -114,6 +114,18 @@ def test_mxfp4_experts_in_sglang_layout_are_read(model, swap):
     assert reasons(model) == []
 
 
+def test_mxfp4_nan_scales_are_refused(model, swap):
+    """K2 decodes without the NaN-scale select (fast_math): a NaN scale is refused, each tensor counted."""
+    mlp = layer(model, 1).mlp
+    _mxfp4(swap, mlp)
+    mlp.experts.w13_weight_scale[0, 1, :3] = 255
+    mlp.experts.w2_weight_scale[-1, 0, 0] = 255
+    assert reasons(model) == [
+        f"layer 1: experts.{name} holds {n} NaN scales (E8M0 255); K2's MXFP4 decode does not carry NaN "
+        "scales, so the weights are refused rather than served as finite numbers"
+        for name, n in (("w13_weight_scale", 3), ("w2_weight_scale", 1))]
+
+
 @pytest.mark.parametrize("env, layout", [
     ({}, "AITER gate/up-interleaved a16w4 preshuffle, expert width {I} unpadded"),
     ({"AITER_SITUV2_A4W4": "1"}, "AITER generic 16x16 preshuffle, expert width {I} unpadded"),

@@ -1,0 +1,168 @@
+"""Design microbenchmark: cheaper MXFP4 decodes for K2's expert projections (sm_90).
+
+The sixth session found the `tl.dot_scaled` experts issue-bound on the decode (about 9
+PTX instructions a code). The variants here decode by bit placement instead: an e2m1 code
+s|e1 e0|m placed at bf16 bits 15 and 8..6 reads as its value times 2^-126 (normals and
+the one subnormal alike), so a decode is two shifts and two masks a code pair, and one
+multiply by 2^(S-1) (S the ue8m0 byte; exact while S <= 128) applies the group scale.
+The low nibbles (even k) and the high nibbles (odd k) decode to two bf16 planes, each
+meeting the matching half of x (even / odd k) in its own dot, so no interleave is needed.
+
+Variants (persistent grid, one program an SM; gate/up N 768 K 3584 and down N 3584 K 384
+at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
+  ds[fm]      tl.dot_scaled, weights the rhs (K2 today); fm: fast_math=True
+  nib         bit-placement decode in Triton integer ops, weights the rhs
+  nibasm      the same through packed PTX (bf16x2 scale multiply), weights the rhs
+  nibasmT     packed PTX, weights the lhs (acc [BN, 16]: wgmma M = BN)
+Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
+(MB_ONLY=<substring> filters)."""
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemv_microbench import _measure  # noqa: E402
+
+# 4 bytes (8 codes) in $4, scales of elements 0..3 in $5/$6 (bf16x2); lo plane -> $0/$1,
+# hi plane -> $2/$3, element i of each plane from byte i. Bytes 0/2 (and 1/3) already sit
+# 16 bits apart, i.e. in bf16x2 lanes; prmt restores element order at the end.
+_NIB_PTX = tl.constexpr("""{
+.reg .b32 o, a, c, le, lo, he, ho;
+shr.b32 o, $4, 8;
+shl.b32 a, $4, 6; and.b32 a, a, 0x01C001C0; shl.b32 c, $4, 12; lop3.b32 le, a, c, 0x80008000, 0xF8;
+shl.b32 a, o, 6; and.b32 a, a, 0x01C001C0; shl.b32 c, o, 12; lop3.b32 lo, a, c, 0x80008000, 0xF8;
+shl.b32 a, $4, 2; and.b32 a, a, 0x01C001C0; shl.b32 c, $4, 8; lop3.b32 he, a, c, 0x80008000, 0xF8;
+shl.b32 a, o, 2; and.b32 a, a, 0x01C001C0; shl.b32 c, o, 8; lop3.b32 ho, a, c, 0x80008000, 0xF8;
+prmt.b32 $0, le, lo, 0x5410; prmt.b32 $1, le, lo, 0x7632;
+prmt.b32 $2, he, ho, 0x5410; prmt.b32 $3, he, ho, 0x7632;
+mul.rn.bf16x2 $0, $0, $5; mul.rn.bf16x2 $1, $1, $6;
+mul.rn.bf16x2 $2, $2, $5; mul.rn.bf16x2 $3, $3, $6;
+}""")
+
+
+@triton.jit
+def _nib_planes(w, sc, ASM: tl.constexpr):
+    """(lo, hi) bf16 planes of the byte tile w scaled by sc (bf16 2^(S-1), broadcastable)."""
+    if ASM:
+        lo, hi = tl.inline_asm_elementwise(_NIB_PTX, "=r,=r,=r,=r,r,r,r", [w, sc],
+                                           dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+    else:
+        b = w.to(tl.int32)
+        lo = (((b & 7) << 6) | ((b & 8) << 12)).to(tl.int16).to(tl.bfloat16, bitcast=True) * sc
+        hi = (((b & 0x70) << 2) | ((b & 0x80) << 8)).to(tl.int16).to(tl.bfloat16, bitcast=True) * sc
+    return lo, hi
+
+
+@triton.jit
+def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+            BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr,
+            SWAP: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    G: tl.constexpr = BK // 32
+    BKH: tl.constexpr = BK // 2
+    nn = tl.arange(0, BN)[:, None, None]
+    gg = tl.arange(0, G)[None, :, None]
+    jj = tl.arange(0, 16)[None, None, :]
+    xr = tl.arange(0, 16)[:, None, None]
+    xk = tl.arange(0, BKH)[None, :, None]
+    xt = tl.arange(0, 2)[None, None, :]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        if SWAP:
+            acc = tl.zeros((BN, 16), tl.float32)
+        else:
+            acc = tl.zeros((16, BN), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            w = tl.load(w_ptr + e * N * (K // 2) + (n0 + nn) * (K // 2) + k0 // 2 + gg * 16 + jj)
+            sb = tl.load(s_ptr + e * N * (K // 32) + (n0 + nn) * (K // 32) + k0 // 32 + gg)
+            sc = ((sb.to(tl.int32) + 126) << 7).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            lo, hi = _nib_planes(w, sc, ASM)
+            lo = tl.reshape(lo, (BN, BKH))
+            hi = tl.reshape(hi, (BN, BKH))
+            xv = tl.load(x_ptr + xr * K + k0 + 2 * xk + xt, mask=xr < R, other=0.0)
+            xe, xo = tl.split(xv)
+            if SWAP:
+                acc = tl.dot(lo, tl.trans(xe), acc)
+                acc = tl.dot(hi, tl.trans(xo), acc)
+            else:
+                acc = tl.dot(xe, tl.trans(lo), acc)
+                acc = tl.dot(xo, tl.trans(hi), acc)
+        if SWAP:
+            rr = tl.arange(0, 16)[None, :]
+            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
+        else:
+            rr = tl.arange(0, 16)[:, None]
+            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
+@triton.jit
+def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+           BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n2 = tl.arange(0, BN)[:, None]
+    for item in range(pid, n_e * (N // BN), nprog):
+        e = (item // (N // BN)).to(tl.int64)
+        n0 = (item % (N // BN)) * BN
+        acc = tl.zeros((16, BN), tl.float32)
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
+            w = tl.load(w_ptr + e * N * (K // 2) + (n0 + n2) * (K // 2) + k0 // 2 + tl.arange(0, BK // 2)[None, :])
+            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + k0 // 32
+                         + tl.arange(0, BK // 32)[None, :])
+            rr = tl.arange(0, 16)[:, None]
+            xv = tl.load(x_ptr + rr * K + k0 + tl.arange(0, BK)[None, :], mask=rr < R, other=0.0)
+            acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=FAST)
+        rr = tl.arange(0, 16)[:, None]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
+def main():
+    from sgl_k3_mono.timing import graph_time_us
+
+    dev = "cuda"
+    nsm = torch.cuda.get_device_properties(0).multi_processor_count
+    big = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
+    cp_us = graph_time_us(lambda: big[: 1 << 30].copy_(big[1 << 30:]), iters=10)
+    bw = 2 * (1 << 30) / cp_us / 1e3
+    print(f"MB copy {bw:.0f} GB/s (read+write); read-rate columns: GBs / 4260", flush=True)
+    del big
+    rows = [int(r) for r in os.environ.get("MB_ROWS", "1,2,4,8").split(",")]
+    n_of = {1: 16, 2: 32, 4: 59, 8: 117}
+    cases = [(768, 3584, n_of[r], r) for r in rows] + [(3584, 384, n_of[r], r) for r in rows]
+    for N, K, n_e, R in cases:
+        g = torch.Generator(device=dev).manual_seed(n_e)
+        w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
+        s = torch.randint(110, 129, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
+        x = torch.randn(R, K, device=dev, generator=g).bfloat16()
+        x16 = torch.zeros(16, K, dtype=torch.bfloat16, device=dev)
+        x16[:R] = x
+        lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], device=dev)
+        wf = torch.stack([lut[(w & 15).long()], lut[(w >> 4).long()]], -1).reshape(n_e, N, K)
+        wf = wf * torch.exp2(s.float() - 127).repeat_interleave(32, -1)
+        ref = torch.einsum("rk,enk->ern", x.float(), wf)
+        del wf
+        nbytes = w.numel() + s.numel()
+        out = torch.empty(n_e, R, N, device=dev)
+
+        def go(name, fn, **meta):
+            _measure(f"fp4 {name} N={N} K={K} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
+
+        bk0 = 256 if K >= 1024 else 128
+        bn0 = 64 if K >= 1024 else 128
+        for fast in (False, True):
+            go(f"ds{'fm' if fast else ''} BN={bn0} BK={bk0}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s, n_e=n_e, R=R,
+               N=N, K=K, BN=bn0, BK=bk0, STAGES=3, FAST=fast, num_warps=4)
+        for asm, swap, tag in ((False, False, "nib"), (True, False, "nibasm"), (True, True, "nibasmT")):
+            for bn, bk, st, nw in ((64, 256, 3, 4), (128, 128, 3, 4), (128, 256, 3, 8)):
+                if bk <= K and K % bk == 0:
+                    go(f"{tag} BN={bn} BK={bk} st={st} nw={nw}", fp4_nib, x_ptr=x16, w_ptr=w, s_ptr=s, n_e=n_e,
+                       R=R, N=N, K=K, BN=bn, BK=bk, STAGES=st, ASM=asm, SWAP=swap, num_warps=nw)
+
+
+if __name__ == "__main__":
+    main()
