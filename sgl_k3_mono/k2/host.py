@@ -228,8 +228,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
         t.update(XU=_next_pow2(user_rows) if user_rows else 0, BI=16, BL=bl,
                  BKX=2 * clamp(budget // (xr * 16), 32, 256), BKD=2 * clamp(budget // (xr * bl), 32, 64))
-    else:  # FLAT: MXFP4 expert items as one pipelined (item, K step) loop (kernel, phases 4-5)
-        t.update(BI=64, BL=128, BKX=256, BKD=128, FLAT=1)
+    else:
+        t.update(BI=64, BL=128, BKX=256, BKD=128)
     return t
 
 
@@ -383,7 +383,6 @@ class K2Launch:
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
-            FLAT=bool(b.get("FLAT", 0)) and not b["EXPERT_GEMV"],
         )
         return args, meta
 

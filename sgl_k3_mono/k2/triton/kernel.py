@@ -177,29 +177,17 @@ def _dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
     fp4_decode_microbench.py): the build refuses experts holding that code (model_reasons)."""
     ssn = (ssn // SA) * SA
     rn = n0 + tl.arange(0, BN)
-    for k0 in tl.range(0, K, BK, num_stages=STAGES):
-        acc = _mx_step(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, rn, rn < N, k0, K, acc, BM, BK)
-    return acc
-
-
-@triton.jit
-def _mx_step(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, rn, nm, k0, K, acc, BM: tl.constexpr, BK: tl.constexpr):
-    """One K step of _dot_mxfp4_scaled over the weight rows rn (those with nm set)."""
     rm = tl.arange(0, BM)
-    rb = k0 // 2 + tl.arange(0, BK // 2)
-    w = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nm[:, None] & (rb[None, :] < K // 2), other=0)
-    rg = k0 // 32 + tl.arange(0, BK // 32)
-    sc = tl.load(s_ptr + rn[:, None] * ssn + rg[None, :], mask=nm[:, None] & (rg[None, :] < K // 32), other=0)
-    rk = k0 + tl.arange(0, BK)
-    x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-    return tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=True)
-
-
-@triton.jit
-def _nth_item(item, NT: tl.constexpr, TILE: tl.constexpr, ids, first, number):
-    """Work item -> (its owner's number n, the tile's first output, expert e as int64)."""
-    n = item // NT
-    return n, (item % NT) * TILE, _nth_expert(ids, first, number, n).to(tl.int64)
+    nm = rn[:, None] < N
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
+        rb = k0 // 2 + tl.arange(0, BK // 2)
+        w = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nm & (rb[None, :] < K // 2), other=0)
+        rg = k0 // 32 + tl.arange(0, BK // 32)
+        sc = tl.load(s_ptr + rn[:, None] * ssn + rg[None, :], mask=nm & (rg[None, :] < K // 32), other=0)
+        rk = k0 + tl.arange(0, BK)
+        x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        acc = tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=True)
+    return acc
 
 
 @triton.jit
@@ -310,7 +298,7 @@ def k2_kernel(
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
-    MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1, FLAT: tl.constexpr = False,
+    MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -437,33 +425,7 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
-        if SCALED and FLAT:
-            # one pipelined loop over (item, K step): the next item's loads overlap this one's
-            # last steps and epilogue; an item's gate and up rows are one [2 BI] dot
-            KS4: tl.constexpr = (L + BKX - 1) // BKX
-            NT4: tl.constexpr = I // BI
-            steps = tl.maximum((n_e * NT4 - pid + nprog - 1) // nprog, 0) * KS4
-            jb = tl.arange(0, 2 * BI)
-            ssn = (ssc13_n // SCALE_ALIGN) * SCALE_ALIGN
-            gacc = tl.zeros((XR, 2 * BI), tl.float32)
-            gitem = pid - nprog
-            gki = KS4 - 1
-            gn, gi0, ge = _nth_item(pid, NT4, BI, ids, first, number)
-            for _t in tl.range(0, steps, num_stages=STAGES):
-                gki = tl.where(gki == KS4 - 1, 0, gki + 1)
-                if gki == 0:
-                    gitem += nprog
-                    gn, gi0, ge = _nth_item(gitem, NT4, BI, ids, first, number)
-                rn = gi0 + jb % BI + (jb // BI) * I_UP
-                gacc = _mx_step(xin_ptr, L, M, w13_ptr + ge * s13_e, s13_n, sc13_ptr + ge * ssc13_e, ssn, rn,
-                                jb < 2 * BI, gki * BKX, L, gacc, XR, BKX)
-                if gki == KS4 - 1:
-                    g, u = tl.split(tl.permute(tl.reshape(gacc, (XR, 2, BI)), (0, 2, 1)))
-                    act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                    ri = gi0 + tl.arange(0, BI)
-                    tl.store(act_ptr + (gn * XR + rx[:, None]) * I + ri[None, :], act)
-                    gacc = tl.zeros((XR, 2 * BI), tl.float32)
-        for item in range(pid, 0 if SCALED and FLAT else n_e * (I // BI), nprog):
+        for item in range(pid, n_e * (I // BI), nprog):
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e = _nth_expert(ids, first, number, n).to(tl.int64)
@@ -517,31 +479,6 @@ def k2_kernel(
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
-        if SCALED and FLAT:
-            KS5: tl.constexpr = (I + BKD - 1) // BKD
-            NT5: tl.constexpr = L // BL
-            steps = tl.maximum((n_routed - pid + nprog - 1) // nprog, 0) * KS5
-            ssn = (ssc2_n // SCALE_ALIGN) * SCALE_ALIGN
-            dacc = tl.zeros((XR, BL), tl.float32)
-            ditem = pid - nprog
-            dki = KS5 - 1
-            dn, dl0, de = _nth_item(pid, NT5, BL, ids, first, number)
-            for _t in tl.range(0, steps, num_stages=STAGES):
-                dki = tl.where(dki == KS5 - 1, 0, dki + 1)
-                if dki == 0:
-                    ditem += nprog
-                    dn, dl0, de = _nth_item(ditem, NT5, BL, ids, first, number)
-                drl = dl0 + tl.arange(0, BL)
-                dacc = _mx_step(act_ptr + dn * XR * I, I, M, w2_ptr + de * s2_e, s2_n, sc2_ptr + de * ssc2_e, ssn,
-                                drl, drl < L, dki * BKD, I, dacc, XR, BKD)
-                if dki == KS5 - 1:
-                    match = (ids_x == de) & keep_x
-                    slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
-                    has = tl.max(match.to(tl.int32), axis=1) > 0
-                    tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + drl[None, :], dacc.to(tl.bfloat16),
-                             mask=has[:, None])
-                    dacc = tl.zeros((XR, BL), tl.float32)
-            n_routed = 0  # the loop below takes the shared experts' items only
         for item in range(pid, n_routed + H // BN, nprog):
             if item < n_routed:
                 n = item // (L // BL)
