@@ -5,14 +5,13 @@ every process loudly."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from support.ranks import assert_every_rank_stopped, plain_ranks, tp_size
+from support.ranks import assert_every_rank_stopped, json_records, plain_ranks, tp_size
 
 HERE = Path(__file__).resolve().parent
 
@@ -30,7 +29,7 @@ def _torchrun(args, env=None, timeout=300):
 def test_k2_tp2_matches_reference_and_ranks_agree(fmt):
     done = _torchrun([fmt, "8", "6"])
     assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    results = json_records(done.stdout)
     assert len(results) == 2, done.stdout + done.stderr[-2000:]
     for r in results:
         print(r)

@@ -57,6 +57,20 @@ def plain_ranks(n: int, script, args, env, timeout):
     return out
 
 
+def json_records(stdout: str) -> list[dict]:
+    """Every JSON object the ranks printed on a shared stdout. torchrun's ranks write to one
+    pipe, and a rank's line can land right after another's without a line break between
+    (seen once at TP 2), so objects are found where they start, not one a line."""
+    import json
+
+    dec, out, i = json.JSONDecoder(), [], stdout.find('{"')
+    while i >= 0:
+        obj, end = dec.raw_decode(stdout, i)
+        out.append(obj)
+        i = stdout.find('{"', end)
+    return out
+
+
 def loop_start(stdout: str) -> float:
     """The time a worker printed `LOOP-START <t>` (its launches built and warm)."""
     return float(next(x.split()[1] for x in stdout.splitlines() if x.startswith("LOOP-START")))
