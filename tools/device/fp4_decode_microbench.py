@@ -10,12 +10,15 @@ meeting the matching half of x (even / odd k) in its own dot, so no interleave i
 
 Variants (persistent grid, one program an SM; gate/up N 768 K 3584 and down N 3584 K 384
 at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
-  ds[fm]      tl.dot_scaled, weights the rhs (K2 today); fm: fast_math=True
+  ds[fm]      tl.dot_scaled, weights the rhs (gemv_microbench.fp4_ds); fm: fast_math=True (K2 now)
   nib         bit-placement decode in Triton integer ops, weights the rhs
   nibasm      the same through packed PTX (bf16x2 scale multiply), weights the rhs
   nibasmT     packed PTX, weights the lhs (acc [BN, 16]: wgmma M = BN)
 Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
-(MB_ONLY=<substring> filters)."""
+(MB_ONLY=<substring> filters). Results (docs/evidence/k2-sm90.md, seventh session):
+fast_math gains 22-29 % and went into K2; the bit-placement variants lose to dot_scaled
+(weights the rhs: Triton gives the K/2 dots mma.sync, not wgmma; weights the lhs: wgmma,
+but the decoded planes go through shared memory)."""
 import os
 import sys
 
@@ -24,7 +27,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemv_microbench import _measure  # noqa: E402
+from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds  # noqa: E402
 
 # 4 bytes (8 codes) in $4, scales of elements 0..3 in $5/$6 (bf16x2); lo plane -> $0/$1,
 # hi plane -> $2/$3, element i of each plane from byte i. Bytes 0/2 (and 1/3) already sit
@@ -100,52 +103,17 @@ def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
             tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
 
 
-@triton.jit
-def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-           BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FAST: tl.constexpr):
-    pid = tl.program_id(0)
-    nprog = tl.num_programs(0)
-    n2 = tl.arange(0, BN)[:, None]
-    for item in range(pid, n_e * (N // BN), nprog):
-        e = (item // (N // BN)).to(tl.int64)
-        n0 = (item % (N // BN)) * BN
-        acc = tl.zeros((16, BN), tl.float32)
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            w = tl.load(w_ptr + e * N * (K // 2) + (n0 + n2) * (K // 2) + k0 // 2 + tl.arange(0, BK // 2)[None, :])
-            sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + k0 // 32
-                         + tl.arange(0, BK // 32)[None, :])
-            rr = tl.arange(0, 16)[:, None]
-            xv = tl.load(x_ptr + rr * K + k0 + tl.arange(0, BK)[None, :], mask=rr < R, other=0.0)
-            acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=FAST)
-        rr = tl.arange(0, 16)[:, None]
-        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
-
-
 def main():
-    from sgl_k3_mono.timing import graph_time_us
-
     dev = "cuda"
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    big = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
-    cp_us = graph_time_us(lambda: big[: 1 << 30].copy_(big[1 << 30:]), iters=10)
-    bw = 2 * (1 << 30) / cp_us / 1e3
+    bw = copy_gbs(dev)
     print(f"MB copy {bw:.0f} GB/s (read+write); read-rate columns: GBs / 4260", flush=True)
-    del big
     rows = [int(r) for r in os.environ.get("MB_ROWS", "1,2,4,8").split(",")]
     n_of = {1: 16, 2: 32, 4: 59, 8: 117}
     cases = [(768, 3584, n_of[r], r) for r in rows] + [(3584, 384, n_of[r], r) for r in rows]
     for N, K, n_e, R in cases:
-        g = torch.Generator(device=dev).manual_seed(n_e)
-        w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
-        s = torch.randint(110, 129, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
-        x = torch.randn(R, K, device=dev, generator=g).bfloat16()
-        x16 = torch.zeros(16, K, dtype=torch.bfloat16, device=dev)
-        x16[:R] = x
-        lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], device=dev)
-        wf = torch.stack([lut[(w & 15).long()], lut[(w >> 4).long()]], -1).reshape(n_e, N, K)
-        wf = wf * torch.exp2(s.float() - 127).repeat_interleave(32, -1)
-        ref = torch.einsum("rk,enk->ern", x.float(), wf)
-        del wf
+        # scales up to 128: the bit-placement variants multiply by 2^(S-1), finite while S <= 128
+        _, w, s, x, x16, ref = fp4_case(dev, N, K, n_e, R, scales=(110, 129))
         nbytes = w.numel() + s.numel()
         out = torch.empty(n_e, R, N, device=dev)
 
@@ -156,7 +124,7 @@ def main():
         bn0 = 64 if K >= 1024 else 128
         for fast in (False, True):
             go(f"ds{'fm' if fast else ''} BN={bn0} BK={bk0}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s, n_e=n_e, R=R,
-               N=N, K=K, BN=bn0, BK=bk0, STAGES=3, FAST=fast, num_warps=4)
+               N=N, K=K, BN=bn0, BK=bk0, STAGES=3, SWAP=False, FAST=fast, num_warps=4)
         for asm, swap, tag in ((False, False, "nib"), (True, False, "nibasm"), (True, True, "nibasmT")):
             for bn, bk, st, nw in ((64, 256, 3, 4), (128, 128, 3, 4), (128, 256, 3, 8)):
                 if bk <= K and K % bk == 0:

@@ -113,10 +113,12 @@ def fp4_tc(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
 
 @triton.jit
 def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-           BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SWAP: tl.constexpr):
+           BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SWAP: tl.constexpr,
+           FAST: tl.constexpr = False):
     """tl.dot_scaled over the weights as SGLang stores them (bytes [N, K/2], ue8m0 scales
     [N, K/32]) and x as it is: SWAP: acc[BN, 16] = W[BN, BK] @ x^T (weights the lhs), else
-    acc[16, BN] = x @ W^T (weights the rhs). Triton decomposes it on sm_90 (no FP4 unit)."""
+    acc[16, BN] = x @ W^T (weights the rhs). Triton decomposes it on sm_90 (no FP4 unit).
+    FAST: fast_math (no NaN-scale select)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     BKH: tl.constexpr = BK // 2
@@ -136,12 +138,12 @@ def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, 
                 kk = k0 + tl.arange(0, BK)[:, None]
                 rr = tl.arange(0, 16)[None, :]
                 xt = tl.load(x_ptr + rr * K + kk, mask=rr < R, other=0.0)
-                acc = tl.dot_scaled(w, sc, "e2m1", xt, None, "bf16", acc)
+                acc = tl.dot_scaled(w, sc, "e2m1", xt, None, "bf16", acc, fast_math=FAST)
             else:
                 rr = tl.arange(0, 16)[:, None]
                 kk = k0 + tl.arange(0, BK)[None, :]
                 xv = tl.load(x_ptr + rr * K + kk, mask=rr < R, other=0.0)
-                acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc)
+                acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=FAST)
         if SWAP:
             rr = tl.arange(0, 16)[None, :]
             tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
@@ -248,35 +250,44 @@ def _measure(label: str, fn, out, got, ref, nbytes: int, nsm: int, bw: float, **
         print(f"MB {label} FAILED {type(ex).__name__}: {str(ex)[:200]}", flush=True)
 
 
-def main():
+def copy_gbs(dev: str) -> float:
+    """Device-to-device copy rate of 1 GiB, GB/s of reads plus writes."""
     from sgl_k3_mono.timing import graph_time_us
+
+    big = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
+    cp_us = graph_time_us(lambda: big[: 1 << 30].copy_(big[1 << 30:]), iters=10)
+    return 2 * (1 << 30) / cp_us / 1e3
+
+
+def fp4_case(dev: str, N: int, K: int, n_e: int, R: int, *, scales: tuple[int, int]):
+    """n_e random MXFP4 experts [N, K] (bytes, ue8m0 scale bytes drawn from [lo, hi)) and R
+    bf16 rows x (also padded to 16): (generator, w, s, x, x16, fp32 reference [n_e, R, N])."""
+    g = torch.Generator(device=dev).manual_seed(n_e)
+    w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
+    s = torch.randint(*scales, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
+    x = torch.randn(R, K, device=dev, generator=g).bfloat16()
+    x16 = torch.zeros(16, K, dtype=torch.bfloat16, device=dev)
+    x16[:R] = x
+    lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], device=dev)
+    wf = torch.stack([lut[(w & 15).long()], lut[(w >> 4).long()]], -1).reshape(n_e, N, K)
+    wf = wf * torch.exp2(s.float() - 127).repeat_interleave(32, -1)
+    return g, w, s, x, x16, torch.einsum("rk,enk->ern", x.float(), wf)
+
+
+def main():
 
     dev = "cuda"
     nsm = torch.cuda.get_device_properties(0).multi_processor_count
-    big = torch.empty(2 << 30, dtype=torch.uint8, device=dev)
-    cp_us = graph_time_us(lambda: big[: 1 << 30].copy_(big[1 << 30:]), iters=10)
-    bw = 2 * (1 << 30) / cp_us / 1e3  # GB/s read+write
+    bw = copy_gbs(dev)
     print(f"MB copy {bw:.0f} GB/s (read+write)")
-    del big
     # -- FP4 experts at a TP-8 rank: up (N = 2*384, K = 3584) and down (N = 3584, K = 384)
     cases = [(768, 3584, n_e, R) for n_e, R in ((16, 1), (32, 2), (59, 4), (117, 8))]
     cases += [(3584, 384, n_e, R) for n_e, R in ((16, 1), (32, 2), (59, 4), (117, 8))]
     for N, K, n_e, R in cases:
-        g = torch.Generator(device=dev).manual_seed(n_e)
-        w = torch.randint(0, 256, (n_e, N, K // 2), dtype=torch.uint8, device=dev, generator=g)
-        s = torch.randint(118, 128, (n_e, N, K // 32), dtype=torch.uint8, device=dev, generator=g)
-        x = torch.randn(R, K, device=dev, generator=g).bfloat16()
-        x16 = torch.zeros(16, K, dtype=torch.bfloat16, device=dev)
-        x16[:R] = x
+        g, w, s, x, x16, ref = fp4_case(dev, N, K, n_e, R, scales=(118, 128))
         xp = x.view(R, K // 8, 8).permute(0, 2, 1).contiguous()  # [R, 8, K/8]
         xp16 = torch.zeros(16, 8, K // 8, dtype=torch.bfloat16, device=dev)
         xp16[:R] = xp
-        # reference
-        lut = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6], device=dev)
-        wf = torch.stack([lut[(w & 15).long()], lut[(w >> 4).long()]], -1).reshape(n_e, N, K)
-        wf = wf * torch.exp2(s.float() - 127).repeat_interleave(32, -1)
-        ref = torch.einsum("rk,enk->ern", x.float(), wf)
-        del wf
         nbytes = w.numel() + s.numel()
         out = torch.empty(n_e, R, N, device=dev)
 
