@@ -154,7 +154,7 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
 
 
 def _nan_scales(r: _Reasons, where: str, experts: Any) -> None:
-    """K2 decodes MXFP4 without the NaN-scale select (kernel._dot_mxfp4_scaled, fast_math),
+    """K2 decodes MXFP4 without the NaN-scale select (matmul.dot_mxfp4_scaled, fast_math),
     so a NaN scale would come out finite where SGLang's output is NaN: refuse it instead."""
     import torch
 

@@ -209,7 +209,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tensor cores with rows padded to 16 and [64 outputs, 256 K] weight tiles, or GEMV
     (rows rounded up to a power of two, products as FMAs in the weights' load layout, no
     detour through shared memory). Expert phases: the same choice, made separately; on
-    the tensor cores MXFP4 experts go through tl.dot_scaled (kernel._dot_mxfp4_scaled),
+    the tensor cores MXFP4 experts go through tl.dot_scaled (matmul.dot_mxfp4_scaled),
     BKX / BKD counting K elements a step. GEMV product tiles [rows, N tile, K chunk] are
     sized to about 32 fp32 registers a thread, and the expert down tile narrows as rows
     grow so its K chunk stays >= 32 MXFP4 bytes. `user_rows` (XU, GEMV experts only):

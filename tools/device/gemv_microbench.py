@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.getcwd())
-from sgl_k3_mono.k2.triton.kernel import _dot_mxfp4_scaled, _gemv_bf16, _gemv_mxfp4  # noqa: E402
+from sgl_k3_mono.k2.triton.matmul import dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4  # noqa: E402
 
 
 # ---------------------------------------------------------------- FP4 experts (gate|up)
@@ -40,7 +40,7 @@ def fp4_cur(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
     for item in range(pid, n_e * (N // BN), nprog):
         e = (item // (N // BN)).to(tl.int64)
         n0 = (item % (N // BN)) * BN
-        y = _gemv_mxfp4(x_ptr, K, rows, rows < R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32),
+        y = gemv_mxfp4(x_ptr, K, rows, rows < R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32),
                         K // 32, n0, N, K, R, BN, BKH, STAGES, MX4D)
         tl.store(out_ptr + (e * R + rows[:, None]) * N + n0 + tl.arange(0, BN)[None, :], y)
 
@@ -156,7 +156,7 @@ def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, 
 def fp4_k2dot(x_ptr, w_ptr, s_ptr, out_ptr, eid_ptr, n_e, R, sw_e, sw_n, ss_e, ss_n, N: tl.constexpr,
               K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SA: tl.constexpr,
               UP: tl.constexpr):
-    """K2's own helper (_dot_mxfp4_scaled: masks, runtime rows and strides) over experts picked
+    """K2's own helper (dot_mxfp4_scaled: masks, runtime rows and strides) over experts picked
     through a table (eid) like routing does. UP: K2's gate/up item (two BN-row dots, rows n0
     and N/2 + n0, then SiTU), else one dot over BN rows."""
     pid = tl.program_id(0)
@@ -167,12 +167,12 @@ def fp4_k2dot(x_ptr, w_ptr, s_ptr, out_ptr, eid_ptr, n_e, R, sw_e, sw_n, ss_e, s
         e = tl.load(eid_ptr + n).to(tl.int64)
         n0 = (item % NT) * BN
         acc = tl.zeros((16, BN), tl.float32)
-        acc = _dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e, sw_n, s_ptr + e * ss_e, ss_n, n0, N, K, acc,
+        acc = dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e, sw_n, s_ptr + e * ss_e, ss_n, n0, N, K, acc,
                                 16, BN, BK, STAGES, SA)
         rr = tl.arange(0, 16)[:, None]
         if UP:
             u = tl.zeros((16, BN), tl.float32)
-            u = _dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e + (N // 2) * sw_n, sw_n,
+            u = dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e + (N // 2) * sw_n, sw_n,
                                   s_ptr + e * ss_e + (N // 2) * ss_n, ss_n, n0, N, K, u, 16, BN, BK, STAGES, SA)
             acc = acc * tl.sigmoid(acc) * u
         tl.store(out_ptr + (n * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
@@ -186,7 +186,7 @@ def bf16_cur(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.cons
     nprog = tl.num_programs(0)
     rows = tl.arange(0, R)
     for t in range(pid, N // BN, nprog):
-        y = _gemv_bf16(x_ptr, K, rows, rows < R, w_ptr, K, t * BN, N, K, R, BN, BK, STAGES)
+        y = gemv_bf16(x_ptr, K, rows, rows < R, w_ptr, K, t * BN, N, K, R, BN, BK, STAGES)
         tl.store(out_ptr + rows[:, None] * N + t * BN + tl.arange(0, BN)[None, :], y)
 
 

@@ -1,5 +1,5 @@
 """K2 phase 3 (route) for gfx950, and the distinct-expert numbering the expert phases
-share, as the Triton kernel's _route_row and _distinct.
+share, as the Triton kernel's route_row and distinct_experts.
 
 route: one workgroup a row. Biased sigmoid top-k: choice = sigmoid(logit) + bias; k
 times the largest choice (ties: the lower expert id) is taken and struck out; its

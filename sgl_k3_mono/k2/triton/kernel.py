@@ -33,6 +33,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
+from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
@@ -48,205 +50,6 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
     tg = 2.0 * tl.sigmoid(2.0 * g / BETA) - 1.0
     tu = 2.0 * tl.sigmoid(2.0 * u / LBETA) - 1.0
     return BETA * tg * tl.sigmoid(g) * (LBETA * tu)
-
-
-@triton.jit
-def _gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
-               R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
-    """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K]; x rows picked by
-    `rows` [R] (masked by `rvalid`): consecutive rows, or the rows that route one expert."""
-    r3 = rows[:, None, None]
-    v3 = rvalid[:, None, None]
-    n3 = (n0 + tl.arange(0, BN))[None, :, None]
-    part = tl.zeros((R, BN, BK), tl.float32)
-    for k0 in tl.range(0, K, BK, num_stages=STAGES):
-        k3 = k0 + tl.arange(0, BK)[None, None, :]
-        w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
-        x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
-        part += x.to(tl.float32) * w
-    return tl.sum(part, axis=2)
-
-
-@triton.jit
-def _dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-              GEMV: tl.constexpr = False):
-    """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn.
-    GEMV: BM is the row count rounded up to a power of two (<= 8), and the products are
-    FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
-    memory into a tensor-core operand layout."""
-    if GEMV:
-        rows = tl.arange(0, BM)
-        acc += _gemv_bf16(x_ptr, sxm, rows, rows < M, w_ptr, swn, n0, N, K, BM, BN, BK, STAGES)
-    else:
-        rm = tl.arange(0, BM)
-        rn = n0 + tl.arange(0, BN)
-        for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            rk = k0 + tl.arange(0, BK)
-            x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-            w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
-            acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
-    return acc
-
-
-@triton.jit
-def _e2m1_pair_f32(byte):
-    """Both FP4 (e2m1) codes of MXFP4 bytes (int32, 0..255) as fp32 times 2^-14, exactly.
-    Each code's exponent and mantissa bits land in an fp16's (exponent bias 15, so the
-    value is the code's times 2^-14; e2m1's subnormal codes become fp16 subnormals,
-    which the fp16 -> fp32 conversion keeps). Five integer ops and a conversion a code;
-    the caller's scale carries the 2^14 back."""
-    lo = (((byte & 7) << 9) | ((byte & 8) << 12)).to(tl.int16).to(tl.float16, bitcast=True)
-    hi = (((byte & 0x70) << 5) | ((byte & 0x80) << 8)).to(tl.int16).to(tl.float16, bitcast=True)
-    return lo.to(tl.float32), hi.to(tl.float32)
-
-
-@triton.jit
-def _scale_f32(sc, SHIFT: tl.constexpr):
-    """ue8m0 scale codes (int32) as fp32 2^(sc - 127 + SHIFT); exact while sc + SHIFT is
-    in 1..254 (sc <= 240 for SHIFT 14: larger scales mean weights above 2^113)."""
-    return ((sc + SHIFT) << 23).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
-                R: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
-                MX4D: tl.constexpr):
-    """[R, BN] fp32 = x[rows] @ W^T with FMAs for MXFP4 W (bytes [N, K/2], low nibble = even element;
-    ue8m0 scales [N, K/32]), decoded in registers (Hopper has no FP4 unit); x rows picked
-    by `rows` [R] (masked by `rvalid`)."""
-    if not MX4D:
-        # [rows, N tile, bytes]: a scale load and two strided x loads per byte; measured
-        # faster than the 4-D tiles below at 4 and 8 rows (docs/evidence/k2-sm90.md)
-        r3 = rows[:, None, None]
-        v3 = rvalid[:, None, None]
-        n3 = (n0 + tl.arange(0, BN))[None, :, None]
-        part3 = tl.zeros((R, BN, BKH), tl.float32)
-        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-            b3 = kb + tl.arange(0, BKH)[None, None, :]
-            nmask = (n3 < N) & (b3 < K // 2)
-            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
-            xm = v3 & (b3 < K // 2)
-            xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
-            lo, hi = _e2m1_pair_f32(byte)
-            scale = _scale_f32(sc, 14)  # scaled once, then two FMAs a row (exact: a power of two)
-            part3 += xe * (lo * scale) + xo * (hi * scale)
-        res = tl.sum(part3, axis=2)
-    else:
-        # [rows, N tile, groups of 32 elements, 16 bytes]: a group's scale is one load and
-        # broadcasts; x is read as bf16 pairs (one int32 = the even and the odd element),
-        # so every load is a wide vector load.
-        G: tl.constexpr = BKH // 16
-        r4 = rows[:, None, None, None]
-        v4 = rvalid[:, None, None, None]
-        n4 = (n0 + tl.arange(0, BN))[None, :, None, None]
-        g4 = tl.arange(0, G)[None, None, :, None]
-        j4 = tl.arange(0, 16)[None, None, None, :]
-        x_pairs = x_ptr.to(tl.pointer_type(tl.int32))
-        part = tl.zeros((R, BN, G, 16), tl.float32)
-        for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
-            b4 = kb + g4 * 16 + j4
-            kmask = b4 < K // 2
-            byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
-            pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=v4 & kmask, other=0)
-            xe = (pair << 16).to(tl.float32, bitcast=True)
-            xo = (pair & -65536).to(tl.float32, bitcast=True)
-            lo, hi = _e2m1_pair_f32(byte)
-            scale = _scale_f32(sc.to(tl.int32), 14)  # scaled once, then two FMAs a row (exact)
-            part += xe * (lo * scale) + xo * (hi * scale)
-        res = tl.sum(tl.sum(part, axis=3), axis=2)
-    return res
-
-
-@triton.jit
-def _dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
-                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-                      SA: tl.constexpr):
-    """acc[BM, BN] += x[:M, :K] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W as SGLang
-    stores it (bytes [N, K/2], low nibble = even element; ue8m0 scales [N, K/32]), through
-    tl.dot_scaled with the weights as the scaled rhs: Triton decodes the codes to bf16
-    (exact: two significant bits times a power of two) in registers and feeds the tensor
-    cores from there. Measured 2.3x the planar code-plane dots at 8 rows and 3x the FMA
-    GEMV at 2 (docs/evidence/k2-sm90.md). SA: a power of two the scale row stride is a
-    multiple of (host._pow2_divisor of the strides): a scale row's bytes then go as one cp.async, where an
-    unknown stride (12 at a TP-8 rank's down projection) leaves byte loads outside the
-    pipeline. fast_math drops the NaN-scale select (E8M0 255 -> NaN; 22-29 % faster, tools/device/
-    fp4_decode_microbench.py): the build refuses experts holding that code (model_reasons)."""
-    ssn = (ssn // SA) * SA
-    rn = n0 + tl.arange(0, BN)
-    rm = tl.arange(0, BM)
-    nm = rn[:, None] < N
-    for k0 in tl.range(0, K, BK, num_stages=STAGES):
-        rb = k0 // 2 + tl.arange(0, BK // 2)
-        w = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nm & (rb[None, :] < K // 2), other=0)
-        rg = k0 // 32 + tl.arange(0, BK // 32)
-        sc = tl.load(s_ptr + rn[:, None] * ssn + rg[None, :], mask=nm & (rg[None, :] < K // 32), other=0)
-        rk = k0 + tl.arange(0, BK)
-        x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        acc = tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=True)
-    return acc
-
-
-@triton.jit
-def _route_row(logits_ptr, bias_ptr, r, E, TOPK: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr):
-    """Biased sigmoid top-k of row r: ids [KB] in descending biased score (ties: the
-    lower expert id) and the renormalised unbiased weights [KB] (0 past TOPK)."""
-    re = tl.arange(0, BE)
-    valid = re < E
-    s = tl.sigmoid(tl.load(logits_ptr + r * E + re, mask=valid, other=0.0))
-    choice = tl.where(valid, s + tl.load(bias_ptr + re, mask=valid, other=0.0), float("-inf"))
-    kc = tl.arange(0, KB)
-    ids = tl.zeros((KB,), tl.int32)
-    wts = tl.zeros((KB,), tl.float32)
-    for k in tl.static_range(TOPK):
-        idx = tl.argmax(choice, axis=0, tie_break_left=True)
-        hit = re == idx
-        ids = tl.where(kc == k, idx, ids)
-        wts = tl.where(kc == k, tl.sum(tl.where(hit, s, 0.0), axis=0), wts)
-        choice = tl.where(hit, float("-inf"), choice)
-    return ids, wts / (tl.sum(wts, axis=0) + 1e-20)
-
-
-@triton.jit
-def _distinct(ids_ptr, owner_ptr, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: tl.constexpr):
-    """The routed (row, slot) tile, which pairs own their expert, each owner's number in
-    (row, slot) order, and how many distinct experts the step routed to."""
-    rm = tl.arange(0, BM)
-    kc = tl.arange(0, KB)
-    keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
-    ids = tl.load(ids_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=-1)
-    own = tl.load(owner_ptr + ids, mask=keep, other=-1)
-    first = (keep & (own == rm[:, None] * TOPK + kc[None, :])).to(tl.int32)
-    per_row = tl.sum(first, axis=1)
-    number = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(first, axis=1) - 1
-    return ids, keep, first != 0, number, tl.sum(per_row, axis=0)
-
-
-@triton.jit
-def _user_count(ids, keep, e):
-    """How many rows route expert e (a row names an expert at most once)."""
-    return tl.sum(tl.sum(((ids == e) & keep).to(tl.int32), axis=1), axis=0)
-
-
-@triton.jit
-def _user_rows(ids, keep, e, u0, XU: tl.constexpr, BM: tl.constexpr):
-    """Rows u0 .. u0+XU-1 (in row order) of those that route expert e: their indices [XU]
-    and which of them exist [XU]."""
-    rm = tl.arange(0, BM)
-    uses = tl.max(((ids == e) & keep).to(tl.int32), axis=1)
-    rank = tl.cumsum(uses, axis=0) - 1
-    want = u0 + tl.arange(0, XU)
-    pick = (uses[None, :] != 0) & (rank[None, :] == want[:, None])
-    return tl.sum(tl.where(pick, rm[None, :], 0), axis=1), want < tl.sum(uses, axis=0)
-
-
-@triton.jit
-def _nth_expert(ids, first, number, n):
-    """The expert the n-th owning pair names."""
-    return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
 
 
 @triton.jit
@@ -322,7 +125,7 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, H // BN, nprog):
-            acc = _dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
+            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
                             BM, BN, BK, STAGES, DENSE_GEMV)
             rn = tile * BN + tl.arange(0, BN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
@@ -391,17 +194,17 @@ def k2_kernel(
             acc = tl.zeros((BM, BN), tl.float32)
             rn = tl.arange(0, BN)
             if n0 < S2:
-                acc = _dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
             elif n0 < S2 + E:
-                acc = _dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
-                acc = _dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
@@ -413,7 +216,7 @@ def k2_kernel(
         if PERSISTENT:
             maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for r in range(pid, M, nprog):
-            ids, wts = _route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
+            ids, wts = route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
             tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
             tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
@@ -424,25 +227,25 @@ def k2_kernel(
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
             maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         for item in range(pid, n_e * (I // BI), nprog):
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
-            e = _nth_expert(ids, first, number, n).to(tl.int64)
+            e = nth_expert(ids, first, number, n).to(tl.int64)
             ri = i0 + tl.arange(0, BI)
             if XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
-                for u0 in range(0, _user_count(ids, keep, e), XU):
-                    urow, uok = _user_rows(ids, keep, e, u0, XU, BM)
+                for u0 in range(0, user_count(ids, keep, e), XU):
+                    urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                     if MXFP4:
-                        g = _gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                        g = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
                                         ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
-                        u = _gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                        u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                         sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
                                         XU, BI, BKX // 2, STAGES, MX4D)
                     else:
-                        g = _gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
+                        g = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
                                        STAGES)
-                        u = _gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
+                        u = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
                                        XU, BI, BKX, STAGES)
                     act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
                     tl.store(act_ptr + (n * XR + urow[:, None]) * I + ri[None, :], act, mask=uok[:, None])
@@ -450,21 +253,21 @@ def k2_kernel(
                 g = tl.zeros((XR, BI), tl.float32)
                 u = tl.zeros((XR, BI), tl.float32)
                 if SCALED:
-                    g = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                    g = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
                                           ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
-                    u = _dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                    u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                           sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
                                           XR, BI, BKX, STAGES, SCALE_ALIGN)
                 elif MXFP4:
-                    g += _gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                    g += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
                                      ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
-                    u += _gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                    u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
                                      sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
                                      XR, BI, BKX // 2, STAGES, MX4D)
                 else:
-                    g = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
+                    g = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
                                   EXPERT_GEMV)
-                    u = _dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
+                    u = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
                                   XR, BI, BKX, STAGES, EXPERT_GEMV)
                 act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
                 tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
@@ -475,7 +278,7 @@ def k2_kernel(
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
             maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        ids, keep, first, number, n_e = _distinct(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
@@ -483,17 +286,17 @@ def k2_kernel(
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
-                e = _nth_expert(ids, first, number, n)
+                e = nth_expert(ids, first, number, n)
                 e64 = e.to(tl.int64)
                 rl = l0 + tl.arange(0, BL)
                 if XU > 0:  # only the rows that route e, XU at a time
-                    for u0 in range(0, _user_count(ids, keep, e), XU):
-                        urow, uok = _user_rows(ids, keep, e, u0, XU, BM)
+                    for u0 in range(0, user_count(ids, keep, e), XU):
+                        urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                         if MXFP4:
-                            y = _gemv_mxfp4(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n,
+                            y = gemv_mxfp4(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n,
                                             sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D)
                         else:
-                            y = _gemv_bf16(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n, l0, L, I,
+                            y = gemv_bf16(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n, l0, L, I,
                                            XU, BL, BKD, STAGES)
                         ids_u = tl.load(ids_ptr + urow[:, None] * TOPK + kc[None, :],
                                         mask=uok[:, None] & (kc[None, :] < TOPK), other=-1)
@@ -503,14 +306,14 @@ def k2_kernel(
                 else:
                     y = tl.zeros((XR, BL), tl.float32)
                     if SCALED:
-                        y = _dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                        y = dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                               sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES,
                                               SCALE_ALIGN)
                     elif MXFP4:
-                        y += _gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
+                        y += gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
                                          sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
                     else:
-                        y = _dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
+                        y = dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
                                       XR, BL, BKD, STAGES, EXPERT_GEMV)
                     # every row that routed to e gets it, in its own (row, slot) place
                     match = (ids_x == e) & keep_x

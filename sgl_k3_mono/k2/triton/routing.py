@@ -1,0 +1,66 @@
+"""K2's routing pieces (Triton): the top-k of a row, and the distinct experts a step
+routed to, each owned by the first (row, slot) that names it."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def route_row(logits_ptr, bias_ptr, r, E, TOPK: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr):
+    """Biased sigmoid top-k of row r: ids [KB] in descending biased score (ties: the
+    lower expert id) and the renormalised unbiased weights [KB] (0 past TOPK)."""
+    re = tl.arange(0, BE)
+    valid = re < E
+    s = tl.sigmoid(tl.load(logits_ptr + r * E + re, mask=valid, other=0.0))
+    choice = tl.where(valid, s + tl.load(bias_ptr + re, mask=valid, other=0.0), float("-inf"))
+    kc = tl.arange(0, KB)
+    ids = tl.zeros((KB,), tl.int32)
+    wts = tl.zeros((KB,), tl.float32)
+    for k in tl.static_range(TOPK):
+        idx = tl.argmax(choice, axis=0, tie_break_left=True)
+        hit = re == idx
+        ids = tl.where(kc == k, idx, ids)
+        wts = tl.where(kc == k, tl.sum(tl.where(hit, s, 0.0), axis=0), wts)
+        choice = tl.where(hit, float("-inf"), choice)
+    return ids, wts / (tl.sum(wts, axis=0) + 1e-20)
+
+
+@triton.jit
+def distinct_experts(ids_ptr, owner_ptr, M, TOPK: tl.constexpr, BM: tl.constexpr, KB: tl.constexpr):
+    """The routed (row, slot) tile, which pairs own their expert, each owner's number in
+    (row, slot) order, and how many distinct experts the step routed to."""
+    rm = tl.arange(0, BM)
+    kc = tl.arange(0, KB)
+    keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
+    ids = tl.load(ids_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=-1)
+    own = tl.load(owner_ptr + ids, mask=keep, other=-1)
+    first = (keep & (own == rm[:, None] * TOPK + kc[None, :])).to(tl.int32)
+    per_row = tl.sum(first, axis=1)
+    number = (tl.cumsum(per_row, axis=0) - per_row)[:, None] + tl.cumsum(first, axis=1) - 1
+    return ids, keep, first != 0, number, tl.sum(per_row, axis=0)
+
+
+@triton.jit
+def user_count(ids, keep, e):
+    """How many rows route expert e (a row names an expert at most once)."""
+    return tl.sum(tl.sum(((ids == e) & keep).to(tl.int32), axis=1), axis=0)
+
+
+@triton.jit
+def user_rows(ids, keep, e, u0, XU: tl.constexpr, BM: tl.constexpr):
+    """Rows u0 .. u0+XU-1 (in row order) of those that route expert e: their indices [XU]
+    and which of them exist [XU]."""
+    rm = tl.arange(0, BM)
+    uses = tl.max(((ids == e) & keep).to(tl.int32), axis=1)
+    rank = tl.cumsum(uses, axis=0) - 1
+    want = u0 + tl.arange(0, XU)
+    pick = (uses[None, :] != 0) & (rank[None, :] == want[:, None])
+    return tl.sum(tl.where(pick, rm[None, :], 0), axis=1), want < tl.sum(uses, axis=0)
+
+
+@triton.jit
+def nth_expert(ids, first, number, n):
+    """The expert the n-th owning pair names."""
+    return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
