@@ -2,12 +2,16 @@
 
 `k2`: the persistent launch once (routing), then experts_up (phase 4) and experts_down
 (phase 5), each as its own launch. `mb`: the microbenchmark's K2 helper alone over the
-same down shape (117 experts through a table). From the repository root on the GPU:
+same down shape (117 experts through a table); `mbup`: the gate/up shape as the
+microbenchmark's fp4_ds with fast_math (seventh session: experts_up takes 1.7x its time,
+unexplained). From the repository root on the GPU:
 
-    S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy"
+    S="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+       --section LaunchStats --section MemoryWorkloadAnalysis"
     ncu --clock-control none -k regex:k2_kernel --launch-skip 1 --launch-count 2 $S \\
         python3 tools/device/ncu_k2_experts.py k2
     ncu --clock-control none -k regex:fp4_k2dot --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mb
+    ncu --clock-control none -k regex:fp4_ds --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mbup
 
 Results: docs/evidence/logs/s6-ncu-*.log (k2-sm90.md)."""
 import os
@@ -52,5 +56,19 @@ def mb() -> None:
     torch.cuda.synchronize()
 
 
+def mbup() -> None:
+    """The gate/up work of experts_up at M 8 as the microbenchmark's fastest form: one
+    64-row fast_math dot_scaled an item (131.7 us against K2's 227.9 in the seventh session)."""
+    sys.path.insert(0, "tools/device")
+    import gemv_microbench as bench
+
+    N, K, n_e, R = 768, 3584, 117, 8
+    _, w, s, _, x16, _ = bench.fp4_case("cuda", N, K, n_e, R, scales=(118, 128))
+    out = torch.empty(n_e, R, N, device="cuda")
+    bench.fp4_ds[(132,)](x16, w, s, out, n_e, R=R, N=N, K=K, BN=64, BK=256, STAGES=3, SWAP=False, FAST=True,
+                         num_warps=4)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
-    {"k2": k2, "mb": mb}[sys.argv[1]]()
+    {"k2": k2, "mb": mb, "mbup": mbup}[sys.argv[1]]()
