@@ -41,7 +41,7 @@ def fp4_cur(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
         e = (item // (N // BN)).to(tl.int64)
         n0 = (item % (N // BN)) * BN
         y = gemv_mxfp4(x_ptr, K, rows, rows < R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32),
-                        K // 32, n0, N, K, R, BN, BKH, STAGES, MX4D)
+                       K // 32, n0, N, K, R, BN, BKH, STAGES, MX4D)
         tl.store(out_ptr + (e * R + rows[:, None]) * N + n0 + tl.arange(0, BN)[None, :], y)
 
 
@@ -168,12 +168,12 @@ def fp4_k2dot(x_ptr, w_ptr, s_ptr, out_ptr, eid_ptr, n_e, R, sw_e, sw_n, ss_e, s
         n0 = (item % NT) * BN
         acc = tl.zeros((16, BN), tl.float32)
         acc = dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e, sw_n, s_ptr + e * ss_e, ss_n, n0, N, K, acc,
-                                16, BN, BK, STAGES, SA)
+                               16, BN, BK, STAGES, SA)
         rr = tl.arange(0, 16)[:, None]
         if UP:
             u = tl.zeros((16, BN), tl.float32)
             u = dot_mxfp4_scaled(x_ptr, K, R, w_ptr + e * sw_e + (N // 2) * sw_n, sw_n,
-                                  s_ptr + e * ss_e + (N // 2) * ss_n, ss_n, n0, N, K, u, 16, BN, BK, STAGES, SA)
+                                 s_ptr + e * ss_e + (N // 2) * ss_n, ss_n, n0, N, K, u, 16, BN, BK, STAGES, SA)
             acc = acc * tl.sigmoid(acc) * u
         tl.store(out_ptr + (n * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
 

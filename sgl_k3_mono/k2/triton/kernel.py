@@ -126,7 +126,7 @@ def k2_kernel(
             maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
         for tile in range(pid, H // BN, nprog):
             acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
-                            BM, BN, BK, STAGES, DENSE_GEMV)
+                           BM, BN, BK, STAGES, DENSE_GEMV)
             rn = tile * BN + tl.arange(0, BN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
@@ -238,15 +238,15 @@ def k2_kernel(
                     urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                     if MXFP4:
                         g = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                        ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
+                                       ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
                         u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                        sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                        XU, BI, BKX // 2, STAGES, MX4D)
+                                       sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
+                                       XU, BI, BKX // 2, STAGES, MX4D)
                     else:
                         g = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
-                                       STAGES)
+                                      STAGES)
                         u = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
-                                       XU, BI, BKX, STAGES)
+                                      XU, BI, BKX, STAGES)
                     act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
                     tl.store(act_ptr + (n * XR + urow[:, None]) * I + ri[None, :], act, mask=uok[:, None])
             else:  # every row (masked past M)
@@ -254,21 +254,21 @@ def k2_kernel(
                 u = tl.zeros((XR, BI), tl.float32)
                 if SCALED:
                     g = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                          ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
+                                         ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
                     u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                          sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                          XR, BI, BKX, STAGES, SCALE_ALIGN)
+                                         sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
+                                         XR, BI, BKX, STAGES, SCALE_ALIGN)
                 elif MXFP4:
                     g += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                     ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
+                                    ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
                     u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                     sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                     XR, BI, BKX // 2, STAGES, MX4D)
+                                    sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
+                                    XR, BI, BKX // 2, STAGES, MX4D)
                 else:
                     g = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
-                                  EXPERT_GEMV)
+                                 EXPERT_GEMV)
                     u = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                                  XR, BI, BKX, STAGES, EXPERT_GEMV)
+                                 XR, BI, BKX, STAGES, EXPERT_GEMV)
                 act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
                 tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
         if PERSISTENT:
@@ -294,10 +294,10 @@ def k2_kernel(
                         urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                         if MXFP4:
                             y = gemv_mxfp4(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n,
-                                            sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D)
+                                           sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D)
                         else:
                             y = gemv_bf16(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n, l0, L, I,
-                                           XU, BL, BKD, STAGES)
+                                          XU, BL, BKD, STAGES)
                         ids_u = tl.load(ids_ptr + urow[:, None] * TOPK + kc[None, :],
                                         mask=uok[:, None] & (kc[None, :] < TOPK), other=-1)
                         slot = tl.sum(tl.where(ids_u == e, kc[None, :], 0), axis=1)
@@ -307,14 +307,14 @@ def k2_kernel(
                     y = tl.zeros((XR, BL), tl.float32)
                     if SCALED:
                         y = dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES,
-                                              SCALE_ALIGN)
+                                             sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES,
+                                             SCALE_ALIGN)
                     elif MXFP4:
                         y += gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
-                                         sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
+                                        sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
                     else:
                         y = dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
-                                      XR, BL, BKD, STAGES, EXPERT_GEMV)
+                                     XR, BL, BKD, STAGES, EXPERT_GEMV)
                     # every row that routed to e gets it, in its own (row, slot) place
                     match = (ids_x == e) & keep_x
                     slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)

@@ -11,7 +11,7 @@ import triton.language as tl
 
 @triton.jit
 def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
-               R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+              R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
     """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K]; x rows picked by
     `rows` [R] (masked by `rvalid`): consecutive rows, or the rows that route one expert."""
     r3 = rows[:, None, None]
@@ -28,8 +28,8 @@ def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
 
 @triton.jit
 def dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
-              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-              GEMV: tl.constexpr = False):
+             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+             GEMV: tl.constexpr = False):
     """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn.
     GEMV: BM is the row count rounded up to a power of two (<= 8), and the products are
     FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
@@ -69,8 +69,8 @@ def scale_f32(sc, SHIFT: tl.constexpr):
 
 @triton.jit
 def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
-                R: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
-                MX4D: tl.constexpr):
+               R: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
+               MX4D: tl.constexpr):
     """[R, BN] fp32 = x[rows] @ W^T with FMAs for MXFP4 W (bytes [N, K/2], low nibble = even element;
     ue8m0 scales [N, K/32]), decoded in registers (Hopper has no FP4 unit); x rows picked
     by `rows` [R] (masked by `rvalid`)."""
@@ -122,8 +122,8 @@ def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
 
 @triton.jit
 def dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
-                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-                      SA: tl.constexpr):
+                     BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                     SA: tl.constexpr):
     """acc[BM, BN] += x[:M, :K] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W as SGLang
     stores it (bytes [N, K/2], low nibble = even element; ue8m0 scales [N, K/32]), through
     tl.dot_scaled with the weights as the scaled rhs: Triton decodes the codes to bf16
