@@ -16,9 +16,10 @@ at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
   nibasmT     packed PTX, weights the lhs (acc [BN, 16]: wgmma M = BN)
 Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
 (MB_ONLY=<substring> filters). Results (docs/evidence/k2-sm90.md, seventh session):
-fast_math gains 22-29 % and went into K2; the bit-placement variants lose to dot_scaled
-(weights the rhs: Triton gives the K/2 dots mma.sync, not wgmma; weights the lhs: wgmma,
-but the decoded planes go through shared memory)."""
+fast_math takes 22-23 % of the time off gate/up and 13-20 % off down, and went into K2;
+the bit-placement variants lose to dot_scaled (weights the rhs: Triton gives the K/2 dots
+mma.sync, not wgmma; weights the lhs: wgmma, but the decoded planes go through shared
+memory)."""
 import os
 import sys
 
