@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds  # noqa: E402
+from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds, store_rows  # noqa: E402
 
 # 4 bytes (8 codes) in $4, scales of elements 0..3 in $5/$6 (bf16x2); lo plane -> $0/$1,
 # hi plane -> $2/$3, element i of each plane from byte i. Bytes 0/2 (and 1/3) already sit
@@ -77,10 +77,7 @@ def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
     for item in range(pid, n_e * (N // BN), nprog):
         e = (item // (N // BN)).to(tl.int64)
         n0 = (item % (N // BN)) * BN
-        if SWAP:
-            acc = tl.zeros((BN, 16), tl.float32)
-        else:
-            acc = tl.zeros((16, BN), tl.float32)
+        acc = tl.zeros((BN, 16) if SWAP else (16, BN), tl.float32)
         for k0 in tl.range(0, K, BK, num_stages=STAGES):
             w = tl.load(w_ptr + e * N * (K // 2) + (n0 + nn) * (K // 2) + k0 // 2 + gg * 16 + jj)
             sb = tl.load(s_ptr + e * N * (K // 32) + (n0 + nn) * (K // 32) + k0 // 32 + gg)
@@ -96,12 +93,7 @@ def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
             else:
                 acc = tl.dot(xe, tl.trans(lo), acc)
                 acc = tl.dot(xo, tl.trans(hi), acc)
-        if SWAP:
-            rr = tl.arange(0, 16)[None, :]
-            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
-        else:
-            rr = tl.arange(0, 16)[:, None]
-            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+        store_rows(out_ptr, acc, e, R, N, n0, BN, SWAP)
 
 
 def main():

@@ -112,6 +112,17 @@ def fp4_tc(xp_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
 
 
 @triton.jit
+def store_rows(out_ptr, acc, e, R: tl.constexpr, N: tl.constexpr, n0, BN: tl.constexpr, SWAP: tl.constexpr):
+    """out[e, :R, n0:n0+BN] = the R live rows of acc ([BN, 16] if SWAP, else [16, BN])."""
+    if SWAP:
+        rr = tl.arange(0, 16)[None, :]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
+    else:
+        rr = tl.arange(0, 16)[:, None]
+        tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+
+
+@triton.jit
 def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
            BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, SWAP: tl.constexpr,
            FAST: tl.constexpr = False):
@@ -126,10 +137,7 @@ def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, 
     for item in range(pid, n_e * (N // BN), nprog):
         e = (item // (N // BN)).to(tl.int64)
         n0 = (item % (N // BN)) * BN
-        if SWAP:
-            acc = tl.zeros((BN, 16), tl.float32)
-        else:
-            acc = tl.zeros((16, BN), tl.float32)
+        acc = tl.zeros((BN, 16) if SWAP else (16, BN), tl.float32)
         for k0 in tl.range(0, K, BK, num_stages=STAGES):
             w = tl.load(w_ptr + e * N * (K // 2) + (n0 + n2) * (K // 2) + k0 // 2 + tl.arange(0, BKH)[None, :])
             sc = tl.load(s_ptr + e * N * (K // 32) + (n0 + n2) * (K // 32) + k0 // 32
@@ -144,12 +152,7 @@ def fp4_ds(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr, 
                 kk = k0 + tl.arange(0, BK)[None, :]
                 xv = tl.load(x_ptr + rr * K + kk, mask=rr < R, other=0.0)
                 acc = tl.dot_scaled(xv, None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=FAST)
-        if SWAP:
-            rr = tl.arange(0, 16)[None, :]
-            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[:, None], acc, mask=rr < R)
-        else:
-            rr = tl.arange(0, 16)[:, None]
-            tl.store(out_ptr + (e * R + rr) * N + n0 + tl.arange(0, BN)[None, :], acc, mask=rr < R)
+        store_rows(out_ptr, acc, e, R, N, n0, BN, SWAP)
 
 
 @triton.jit
