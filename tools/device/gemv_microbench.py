@@ -14,7 +14,7 @@ padded to 16). MB_SWEEP=ds: the dot_scaled tile sweep; MB_SWEEP=k2: the K2 bisec
 MB_DENSE=0 skips the dense shapes.
 
 Run on the GPU from the repository root: `python3 tools/device/gemv_microbench.py`
-(MB_ONLY=<substring> to run only matching variants). The `frac` column divides by half
+(MB_ONLY=<substring>[|<substring>...] to run only matching variants). The `frac` column divides by half
 the D2D copy rate measured here, which undercounts the read bandwidth (K2's bench
 measures 4.26 TB/s reads): read GBs against 4260 instead.
 Results: docs/evidence/logs/gemv-microbench-2026-11-30.log, logs/s6-*-microbench*,
@@ -238,7 +238,7 @@ def _measure(label: str, fn, out, got, ref, nbytes: int, nsm: int, bw: float, **
     time graph replays and print one `MB` line (a compile or launch failure is printed)."""
     from sgl_k3_mono.timing import graph_time_us
 
-    if os.environ.get("MB_ONLY", "") not in label:
+    if not any(part in label for part in os.environ.get("MB_ONLY", "").split("|")):
         return
     try:
         out.fill_(float("nan"))

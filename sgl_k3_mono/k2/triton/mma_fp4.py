@@ -1,0 +1,163 @@
+"""MXFP4 expert projections on sm_90 with the weights decoded straight into mma.sync's
+register operands (Triton, inline PTX): no trip through shared memory, about 2.5
+instructions a code against tl.dot_scaled's 7-9 (docs/evidence/k2-sm90.md).
+
+Every tensor here has one element per thread ([NT] = 32 x num_warps, element t on thread
+t), so a per-thread register in the PTX is an element in Triton, and the mma's cross-lane
+operand layout is arranged by the addresses each thread loads. Thread (warp w, lane
+4 g + c) owns output rows base + 16 w + g and + 8 of a 16-row tile, and columns (rows of x)
+2 c and 2 c + 1. Along K, one loop step covers 128 KU codes of each row: thread c holds
+the 32 KU codes that start at 32 KU c (16 KU contiguous bytes, KU whole scale groups).
+K is a reduction, so an mma k-tile may take its 16 codes in any order as long as x takes
+them in the same order: k-tile (word q, half h) gives thread c codes 8 q + {2h, 2h+4}
+(its low register) and 8 q + {2h+1, 2h+5} (its high register) of each 8-code word, and
+reads the same x elements. Each code pair then sits 16 bits apart in its word, which is
+where a bf16x2 register wants it, so a pair decodes with one mask, two shifts and a lop3.
+
+The decode is exact: an e2m1 code s|e1 e0|m placed at bf16 bits 15 and 8..6 reads as its
+value times 2^-126 (the subnormal code too), and one multiply by 2^(S-1) (S the ue8m0
+byte) applies the group scale. 2^(S-1) is a finite bf16 only while S <= 128 (weights up
+to 12), which the plan checks (host.mma_mxfp4_fits) before choosing this path."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# A thread's 16 weight (or x) bytes as four 32-bit words, read-only path.
+_LD16 = tl.constexpr("ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];")
+
+# Pull a row's next bytes into L2 ahead of the register loads (one thread a row).
+_PREFETCH = tl.constexpr("""{
+.reg .pred p;
+setp.ne.b32 p, $2, 0;
+@p cp.async.bulk.prefetch.L2.global [$1], $3;
+mov.b32 $0, 0;
+}""")
+
+# B fragments of two k-tiles from x words X0..X3 (bf16 pairs 8q + 0/1, 2/3, 4/5, 6/7 of
+# a thread's chunk): k-tile h takes elements {2h, 2h+4} (low) and {2h+1, 2h+5} (high).
+_BFRAG = tl.constexpr("""prmt.b32 $0, $4, $6, 0x5410; prmt.b32 $1, $4, $6, 0x7632;
+prmt.b32 $2, $5, $7, 0x5410; prmt.b32 $3, $5, $7, 0x7632;""")
+
+# One 8-code word of rows g ($4) and g + 8 ($5) of a tile, scaled by bf16x2 2^(S-1)
+# ($6, $7), into two m16n8k16 mmas with B fragments $8..$11 and accumulators $12..$15.
+# Pair n (nibbles n and n + 4) lands at bits 15, 8..6 and 31, 24..22: mask the pair,
+# shift its e1 e0 m and its sign into place, keep only those bits ((a | b) & k: 0xA8).
+_DECODE_PAIRS = """and.b32 t, {w}, 0x000F000F; shl.b32 a, t, 6; shl.b32 b, t, 12; lop3.b32 {p}0, a, b, 0x81C081C0, 0xA8;
+and.b32 t, {w}, 0x00F000F0; shl.b32 a, t, 2; shl.b32 b, t, 8; lop3.b32 {p}1, a, b, 0x81C081C0, 0xA8;
+and.b32 t, {w}, 0x0F000F00; shr.b32 a, t, 2; shl.b32 b, t, 4; lop3.b32 {p}2, a, b, 0x81C081C0, 0xA8;
+and.b32 t, {w}, 0xF000F000; shr.b32 a, t, 6; lop3.b32 {p}3, a, t, 0x81C081C0, 0xA8;
+mul.rn.bf16x2 {p}0, {p}0, {s}; mul.rn.bf16x2 {p}1, {p}1, {s};
+mul.rn.bf16x2 {p}2, {p}2, {s}; mul.rn.bf16x2 {p}3, {p}3, {s};
+"""
+_MMA = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+_WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\n.reg .f32 d0, d1, d2, d3;\n"
+             + _DECODE_PAIRS.format(w="$4", p="p", s="$6") + _DECODE_PAIRS.format(w="$5", p="q", s="$7")
+             + _MMA + " {d0, d1, d2, d3}, {p0, q0, p1, q1}, {$8, $9}, {$12, $13, $14, $15};\n"
+             + _MMA + " {$0, $1, $2, $3}, {p2, q2, p3, q3}, {$10, $11}, {d0, d1, d2, d3};\n}")
+
+
+@triton.jit
+def _ld16(ptr):
+    return tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _prefetch_l2(ptr, ok, NBYTES: tl.constexpr):
+    tl.inline_asm_elementwise(_PREFETCH, "=r,l,r,r", [ptr, ok.to(tl.int32), tl.full(ok.shape, NBYTES, tl.int32)],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _bfrag(x0, x1, x2, x3):
+    return tl.inline_asm_elementwise(_BFRAG, "=r,=r,=r,=r,r,r,r,r", [x0, x1, x2, x3],
+                                     dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _word_mma(wa, wb, sa, sb, b0, b1, b2, b3, c0, c1, c2, c3):
+    return tl.inline_asm_elementwise(_WORD_MMA, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,f,f,f,f",
+                                     [wa, wb, sa, sb, b0, b1, b2, b3, c0, c1, c2, c3],
+                                     dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _scale_pair(s_ptr):
+    """bf16x2 2^(S-1) in both halves from a ue8m0 byte (S <= 128)."""
+    return ((tl.load(s_ptr).to(tl.int32) + 126) << 7) * 65537
+
+
+@triton.jit
+def _unit(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c0, c1, c2, c3, c4, c5, c6, c7):
+    """One 32-code chunk a row (16 weight bytes, one scale group) into both tiles; xq
+    points at the chunk's 16 x words."""
+    x0, x1, x2, x3 = _ld16(xq)
+    x4, x5, x6, x7 = _ld16(xq + 4)
+    x8, x9, x10, x11 = _ld16(xq + 8)
+    x12, x13, x14, x15 = _ld16(xq + 12)
+    a00, a01, a02, a03 = _ld16(pa0)
+    b00, b01, b02, b03 = _ld16(pb0)
+    a10, a11, a12, a13 = _ld16(pa1)
+    b10, b11, b12, b13 = _ld16(pb1)
+    s_a0 = _scale_pair(sa0)
+    s_b0 = _scale_pair(sb0)
+    s_a1 = _scale_pair(sa1)
+    s_b1 = _scale_pair(sb1)
+    f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
+    c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+    c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+    f0, f1, f2, f3 = _bfrag(x4, x5, x6, x7)
+    c0, c1, c2, c3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+    c4, c5, c6, c7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+    f0, f1, f2, f3 = _bfrag(x8, x9, x10, x11)
+    c0, c1, c2, c3 = _word_mma(a02, b02, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+    c4, c5, c6, c7 = _word_mma(a12, b12, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+    f0, f1, f2, f3 = _bfrag(x12, x13, x14, x15)
+    c0, c1, c2, c3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+    c4, c5, c6, c7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+    return c0, c1, c2, c3, c4, c5, c6, c7
+
+
+@triton.jit
+def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
+                    NT: tl.constexpr, KU: tl.constexpr, PF: tl.constexpr):
+    """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
+    (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]): tile 0 is rows
+    base0 + 16 w + (g, g + 8), tile 1 the same from base1. Returns eight [NT] fp32: tile 0's
+    (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's. x rows
+    past M repeat row M - 1 (their columns are the caller's to drop). K % (128 KU) == 0.
+    PF: loop steps of L2 prefetch ahead of the register loads (0: none)."""
+    t = tl.arange(0, NT)
+    lane = t % 32
+    g = lane // 4
+    c = lane % 4
+    r0 = base0 + (t // 32) * 16 + g
+    r1 = base1 + (t // 32) * 16 + g
+    x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * (16 * KU)
+    pa0 = w_ptr + r0.to(tl.int64) * swn + c * (16 * KU)
+    pb0 = pa0 + 8 * swn
+    pa1 = w_ptr + r1.to(tl.int64) * swn + c * (16 * KU)
+    pb1 = pa1 + 8 * swn
+    sa0 = s_ptr + r0.to(tl.int64) * ssn + c * KU
+    sb0 = sa0 + 8 * ssn
+    sa1 = s_ptr + r1.to(tl.int64) * ssn + c * KU
+    sb1 = sa1 + 8 * ssn
+    # the row this thread prefetches: c picks tile 0 / 1 and row g / g + 8
+    pf_row = tl.where(c == 0, pa0, tl.where(c == 1, pb0, tl.where(c == 2, pa1, pb1))) - c * (16 * KU)
+    c0 = tl.zeros((NT,), tl.float32)
+    c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
+    for k0 in range(0, K, 128 * KU):
+        if PF > 0:
+            nxt = k0 + PF * 128 * KU
+            _prefetch_l2(pf_row + nxt // 2, nxt < K, 64 * KU)
+        xk = xq + k0 // 2
+        bk = k0 // 2
+        gk = k0 // 32
+        for u in tl.static_range(KU):
+            c0, c1, c2, c3, c4, c5, c6, c7 = _unit(
+                xk + 16 * u, pa0 + bk + 16 * u, pb0 + bk + 16 * u, pa1 + bk + 16 * u, pb1 + bk + 16 * u,
+                sa0 + gk + u, sb0 + gk + u, sa1 + gk + u, sb1 + gk + u, c0, c1, c2, c3, c4, c5, c6, c7)
+    return c0, c1, c2, c3, c4, c5, c6, c7
