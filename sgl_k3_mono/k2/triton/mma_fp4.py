@@ -27,14 +27,6 @@ import triton.language as tl
 # A thread's 16 weight (or x) bytes as four 32-bit words, read-only path.
 _LD16 = tl.constexpr("ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];")
 
-# Pull a row's next bytes into L2 ahead of the register loads (one thread a row).
-_PREFETCH = tl.constexpr("""{
-.reg .pred p;
-setp.ne.b32 p, $2, 0;
-@p cp.async.bulk.prefetch.L2.global [$1], $3;
-mov.b32 $0, 0;
-}""")
-
 # B fragments of two k-tiles from x words X0..X3 (bf16 pairs 8q + 0/1, 2/3, 4/5, 6/7 of
 # a thread's chunk): k-tile h takes elements {2h, 2h+4} (low) and {2h+1, 2h+5} (high).
 _BFRAG = tl.constexpr("""prmt.b32 $0, $4, $6, 0x5410; prmt.b32 $1, $4, $6, 0x7632;
@@ -65,12 +57,6 @@ def _ld16(ptr):
 
 
 @triton.jit
-def _prefetch_l2(ptr, ok, NBYTES: tl.constexpr):
-    tl.inline_asm_elementwise(_PREFETCH, "=r,l,r,r", [ptr, ok.to(tl.int32), tl.full(ok.shape, NBYTES, tl.int32)],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _bfrag(x0, x1, x2, x3):
     return tl.inline_asm_elementwise(_BFRAG, "=r,=r,=r,=r,r,r,r,r", [x0, x1, x2, x3],
                                      dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
@@ -84,51 +70,36 @@ def _word_mma(wa, wb, sa, sb, b0, b1, b2, b3, c0, c1, c2, c3):
 
 
 @triton.jit
-def _scale_pair(s_ptr):
-    """bf16x2 2^(S-1) in both halves from a ue8m0 byte (S <= 128)."""
-    return ((tl.load(s_ptr).to(tl.int32) + 126) << 7) * 65537
+def _words(ptr):
+    """The 16 bytes at each thread's int32 pointer as four [NT] words (one [NT, 4] load,
+    so Triton's pipeliner can stage it through cp.async; the split costs nothing)."""
+    v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
+    a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
+    w0, w2 = tl.split(a)
+    w1, w3 = tl.split(b)
+    return w0, w1, w2, w3
 
 
 @triton.jit
-def _unit(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c0, c1, c2, c3, c4, c5, c6, c7):
-    """One 32-code chunk a row (16 weight bytes, one scale group) into both tiles; xq
-    points at the chunk's 16 x words."""
-    x0, x1, x2, x3 = _ld16(xq)
-    x4, x5, x6, x7 = _ld16(xq + 4)
-    x8, x9, x10, x11 = _ld16(xq + 8)
-    x12, x13, x14, x15 = _ld16(xq + 12)
-    a00, a01, a02, a03 = _ld16(pa0)
-    b00, b01, b02, b03 = _ld16(pb0)
-    a10, a11, a12, a13 = _ld16(pa1)
-    b10, b11, b12, b13 = _ld16(pb1)
-    s_a0 = _scale_pair(sa0)
-    s_b0 = _scale_pair(sb0)
-    s_a1 = _scale_pair(sa1)
-    s_b1 = _scale_pair(sb1)
-    f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
-    c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-    c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-    f0, f1, f2, f3 = _bfrag(x4, x5, x6, x7)
-    c0, c1, c2, c3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-    c4, c5, c6, c7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-    f0, f1, f2, f3 = _bfrag(x8, x9, x10, x11)
-    c0, c1, c2, c3 = _word_mma(a02, b02, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-    c4, c5, c6, c7 = _word_mma(a12, b12, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-    f0, f1, f2, f3 = _bfrag(x12, x13, x14, x15)
-    c0, c1, c2, c3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-    c4, c5, c6, c7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-    return c0, c1, c2, c3, c4, c5, c6, c7
+def _scales(ptr, u: tl.constexpr, KU: tl.constexpr):
+    """bf16x2 2^(S-1) in both halves from a thread's u-th ue8m0 byte (S <= 128)."""
+    if KU == 1:
+        s = tl.load(ptr)
+    else:
+        v = tl.load(ptr[:, None] + tl.arange(0, KU)[None, :])
+        s = tl.sum(tl.where(tl.arange(0, KU)[None, :] == u, v.to(tl.int32), 0), axis=1)
+    return ((s.to(tl.int32) + 126) << 7) * 65537
 
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
-                    NT: tl.constexpr, KU: tl.constexpr, PF: tl.constexpr):
+                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]): tile 0 is rows
     base0 + 16 w + (g, g + 8), tile 1 the same from base1. Returns eight [NT] fp32: tile 0's
     (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's. x rows
-    past M repeat row M - 1 (their columns are the caller's to drop). K % (128 KU) == 0.
-    PF: loop steps of L2 prefetch ahead of the register loads (0: none)."""
+    past M repeat row M - 1 (their columns are the caller's to drop). K % (128 KU) == 0;
+    swn, ssn and sxm multiples of 16, KU and 2 (host.mma_mxfp4_fits)."""
     t = tl.arange(0, NT)
     lane = t % 32
     g = lane // 4
@@ -137,27 +108,44 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
     r1 = base1 + (t // 32) * 16 + g
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * (16 * KU)
-    pa0 = w_ptr + r0.to(tl.int64) * swn + c * (16 * KU)
-    pb0 = pa0 + 8 * swn
-    pa1 = w_ptr + r1.to(tl.int64) * swn + c * (16 * KU)
-    pb1 = pa1 + 8 * swn
+    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * (4 * KU)
+    pb0 = pa0 + 8 * (swn // 4)
+    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * (4 * KU)
+    pb1 = pa1 + 8 * (swn // 4)
     sa0 = s_ptr + r0.to(tl.int64) * ssn + c * KU
     sb0 = sa0 + 8 * ssn
     sa1 = s_ptr + r1.to(tl.int64) * ssn + c * KU
     sb1 = sa1 + 8 * ssn
-    # the row this thread prefetches: c picks tile 0 / 1 and row g / g + 8
-    pf_row = tl.where(c == 0, pa0, tl.where(c == 1, pb0, tl.where(c == 2, pa1, pb1))) - c * (16 * KU)
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
-    for k0 in range(0, K, 128 * KU):
-        if PF > 0:
-            nxt = k0 + PF * 128 * KU
-            _prefetch_l2(pf_row + nxt // 2, nxt < K, 64 * KU)
+    for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
         xk = xq + k0 // 2
-        bk = k0 // 2
+        wk = k0 // 8
         gk = k0 // 32
         for u in tl.static_range(KU):
-            c0, c1, c2, c3, c4, c5, c6, c7 = _unit(
-                xk + 16 * u, pa0 + bk + 16 * u, pb0 + bk + 16 * u, pa1 + bk + 16 * u, pb1 + bk + 16 * u,
-                sa0 + gk + u, sb0 + gk + u, sa1 + gk + u, sb1 + gk + u, c0, c1, c2, c3, c4, c5, c6, c7)
+            x0, x1, x2, x3 = _ld16(xk + 16 * u)
+            x4, x5, x6, x7 = _ld16(xk + 16 * u + 4)
+            x8, x9, x10, x11 = _ld16(xk + 16 * u + 8)
+            x12, x13, x14, x15 = _ld16(xk + 16 * u + 12)
+            a00, a01, a02, a03 = _words(pa0 + wk + 4 * u)
+            b00, b01, b02, b03 = _words(pb0 + wk + 4 * u)
+            a10, a11, a12, a13 = _words(pa1 + wk + 4 * u)
+            b10, b11, b12, b13 = _words(pb1 + wk + 4 * u)
+            s_a0 = _scales(sa0 + gk, u, KU)
+            s_b0 = _scales(sb0 + gk, u, KU)
+            s_a1 = _scales(sa1 + gk, u, KU)
+            s_b1 = _scales(sb1 + gk, u, KU)
+            f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
+            c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+            c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+            f0, f1, f2, f3 = _bfrag(x4, x5, x6, x7)
+            c0, c1, c2, c3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+            c4, c5, c6, c7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+            f0, f1, f2, f3 = _bfrag(x8, x9, x10, x11)
+            c0, c1, c2, c3 = _word_mma(a02, b02, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+            c4, c5, c6, c7 = _word_mma(a12, b12, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+            f0, f1, f2, f3 = _bfrag(x12, x13, x14, x15)
+            c0, c1, c2, c3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
+            c4, c5, c6, c7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
     return c0, c1, c2, c3, c4, c5, c6, c7
