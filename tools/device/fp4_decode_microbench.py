@@ -15,7 +15,8 @@ at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
   nibasm      the same through packed PTX (bf16x2 scale multiply), weights the rhs
   nibasmT     packed PTX, weights the lhs (acc [BN, 16]: wgmma M = BN)
   mma         the weights decoded straight into mma.sync registers (k2/triton/mma_fp4.py;
-              KU: 128-code blocks a loop step, ST: pipeline stages of the weight loads)
+              KU: 128-code blocks a loop step, ST: pipeline stages of the weight loads, PW:
+              an item a warp)
 Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
 (MB_ONLY=<substring>[|<substring>...] filters). Results (docs/evidence/k2-sm90.md, seventh session):
 fast_math takes 22-23 % of the time off gate/up and 13-20 % off down, and went into K2;
@@ -103,28 +104,46 @@ def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
 
 @triton.jit
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
-            KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr):
-    """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp an item."""
+            KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr):
+    """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
+    takes its own item (expert, 32 rows); else a program's warps share one (NT rows)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
-    for item in range(pid, n_e * (N // NT), nprog):
-        e = (item // (N // NT)).to(tl.int64)
-        n0 = (item % (N // NT)) * NT
-        acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                              n0, n0 + NT // 2, K, NT, KU, ST)
-        for tile in tl.static_range(2):
-            o = out_ptr + (e * R + 2 * c) * N + n0 + tile * (NT // 2) + (t // 32) * 16 + g
-            tl.store(o, acc[4 * tile], mask=2 * c < R)
-            tl.store(o + N, acc[4 * tile + 1], mask=2 * c + 1 < R)
-            tl.store(o + 8, acc[4 * tile + 2], mask=2 * c < R)
-            tl.store(o + N + 8, acc[4 * tile + 3], mask=2 * c + 1 < R)
+    NW: tl.constexpr = NT // 32
+    if PW:
+        for it in range(pid * NW, n_e * (N // 32), nprog * NW):
+            wi = it + t // 32
+            ok = wi < n_e * (N // 32)
+            wi = tl.minimum(wi, n_e * (N // 32) - 1)
+            e = (wi // (N // 32)).to(tl.int64)
+            n0 = (wi % (N // 32)) * 32
+            acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
+                                  n0 + g, n0 + 16 + g, K, NT, KU, ST)
+            for tile in tl.static_range(2):
+                o = out_ptr + (e * R + 2 * c) * N + n0 + tile * 16 + g
+                tl.store(o, acc[4 * tile], mask=ok & (2 * c < R))
+                tl.store(o + N, acc[4 * tile + 1], mask=ok & (2 * c + 1 < R))
+                tl.store(o + 8, acc[4 * tile + 2], mask=ok & (2 * c < R))
+                tl.store(o + N + 8, acc[4 * tile + 3], mask=ok & (2 * c + 1 < R))
+    else:
+        for item in range(pid, n_e * (N // NT), nprog):
+            e = (item // (N // NT)).to(tl.int64)
+            n0 = (item % (N // NT)) * NT
+            r0 = n0 + (t // 32) * 16 + g
+            acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
+                                  r0, r0 + NT // 2, K, NT, KU, ST)
+            for tile in tl.static_range(2):
+                o = out_ptr + (e * R + 2 * c) * N + r0 + tile * (NT // 2)
+                tl.store(o, acc[4 * tile], mask=2 * c < R)
+                tl.store(o + N, acc[4 * tile + 1], mask=2 * c + 1 < R)
+                tl.store(o + 8, acc[4 * tile + 2], mask=2 * c < R)
+                tl.store(o + N + 8, acc[4 * tile + 3], mask=2 * c + 1 < R)
 
 
-MMA_TILES = [(nw, ku, st) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2, 3, 4)
-             if 16 * ku * 4 * 32 * nw * (st - 1) <= 160 * 1024]
+MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
 
 
 def main():
@@ -149,10 +168,10 @@ def main():
         for fast in (False, True):
             go(f"ds{'fm' if fast else ''} BN={bn0} BK={bk0}", fp4_ds, x_ptr=x16, w_ptr=w, s_ptr=s, n_e=n_e, R=R,
                N=N, K=K, BN=bn0, BK=bk0, STAGES=3, SWAP=False, FAST=fast, num_warps=4)
-        for nw, ku, st in MMA_TILES:
-            if K % (128 * ku) == 0 and N % (32 * nw) == 0:
-                go(f"mma nw={nw} KU={ku} ST={st}", fp4_mma, x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N,
-                   K=K, KU=ku, ST=st, NT=32 * nw, num_warps=nw)
+        for nw, ku, st, pw in MMA_TILES:
+            if K % (128 * ku) == 0 and (pw or N % (32 * nw) == 0):
+                go(f"mma nw={nw} KU={ku} ST={st} PW={pw}", fp4_mma, x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N,
+                   K=K, KU=ku, ST=st, NT=32 * nw, PW=pw, num_warps=nw)
         for asm, swap, tag in ((False, False, "nib"), (True, False, "nibasm"), (True, True, "nibasmT")):
             for bn, bk, st, nw in ((64, 256, 3, 4), (128, 128, 3, 4), (128, 256, 3, 8)):
                 if bk <= K and K % bk == 0:

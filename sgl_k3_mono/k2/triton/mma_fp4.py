@@ -92,20 +92,18 @@ def _scales(ptr, u: tl.constexpr, KU: tl.constexpr):
 
 
 @triton.jit
-def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
+def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
-    (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]): tile 0 is rows
-    base0 + 16 w + (g, g + 8), tile 1 the same from base1. Returns eight [NT] fp32: tile 0's
-    (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's. x rows
-    past M repeat row M - 1 (their columns are the caller's to drop). K % (128 KU) == 0;
-    swn, ssn and sxm multiples of 16, KU and 2 (host.mma_mxfp4_fits)."""
+    (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
+    each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
+    w_ptr / s_ptr may differ by thread too (a warp's own expert). Returns eight [NT] fp32:
+    tile 0's (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's.
+    x rows past M repeat row M - 1 (their columns are the caller's to drop).
+    K % (128 KU) == 0; swn, ssn and sxm multiples of 16, KU and 2 (host.mma_mxfp4_fits)."""
     t = tl.arange(0, NT)
-    lane = t % 32
-    g = lane // 4
-    c = lane % 4
-    r0 = base0 + (t // 32) * 16 + g
-    r1 = base1 + (t // 32) * 16 + g
+    g = (t % 32) // 4
+    c = t % 4
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * (16 * KU)
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
@@ -117,8 +115,11 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
     sb0 = sa0 + 8 * ssn
     sa1 = s_ptr + r1.to(tl.int64) * ssn + c * KU
     sb1 = sa1 + 8 * ssn
+    # two accumulator chains a tile (even and odd words): an mma waits for the one before
+    # it on the same accumulator, and one chain a tile left the warps latency-bound
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
+    d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
     for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
         xk = xq + k0 // 2
         wk = k0 // 8
@@ -140,12 +141,12 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, base0, base1, K,
             c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
             c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
             f0, f1, f2, f3 = _bfrag(x4, x5, x6, x7)
-            c0, c1, c2, c3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-            c4, c5, c6, c7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
+            d0, d1, d2, d3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, d0, d1, d2, d3)
+            d4, d5, d6, d7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, d4, d5, d6, d7)
             f0, f1, f2, f3 = _bfrag(x8, x9, x10, x11)
             c0, c1, c2, c3 = _word_mma(a02, b02, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
             c4, c5, c6, c7 = _word_mma(a12, b12, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
             f0, f1, f2, f3 = _bfrag(x12, x13, x14, x15)
-            c0, c1, c2, c3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-            c4, c5, c6, c7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-    return c0, c1, c2, c3, c4, c5, c6, c7
+            d0, d1, d2, d3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, d0, d1, d2, d3)
+            d4, d5, d6, d7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, d4, d5, d6, d7)
+    return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
