@@ -6,10 +6,9 @@ Every tensor here has one element per thread ([NT] = 32 x num_warps, element t o
 t), so a per-thread register in the PTX is an element in Triton, and the mma's cross-lane
 operand layout is arranged by the addresses each thread loads. Thread (warp w, lane
 4 g + c) owns output rows base + 16 w + g and + 8 of a 16-row tile, and columns (rows of x)
-2 c and 2 c + 1. Along K, one loop step covers 128 KU codes of each row: thread c holds
-the 32 KU codes that start at 32 KU c (16 KU contiguous bytes, KU whole scale groups).
-K is a reduction, so an mma k-tile may take its 16 codes in any order as long as x takes
-them in the same order: k-tile (word q, half h) gives thread c codes 8 q + {2h, 2h+4}
+2 c and 2 c + 1. Along K, a k-block of 128 codes (64 bytes a row) gives thread c its
+codes 32 c .. 32 c + 31: 16 contiguous bytes and one scale group. K is a reduction, so an
+mma k-tile may take its 16 codes in any order as long as x takes them in the same order: k-tile (word q, half h) gives thread c codes 8 q + {2h, 2h+4}
 (its low register) and 8 q + {2h+1, 2h+5} (its high register) of each 8-code word, and
 reads the same x elements. Each code pair then sits 16 bits apart in its word, which is
 where a bf16x2 register wants it, so a pair decodes with one mask, two shifts and a lop3.
@@ -81,14 +80,11 @@ def _words(ptr):
 
 
 @triton.jit
-def _scales(ptr, u: tl.constexpr, KU: tl.constexpr):
-    """bf16x2 2^(S-1) in both halves from a thread's u-th ue8m0 byte (S <= 128)."""
-    if KU == 1:
-        s = tl.load(ptr)
-    else:
-        v = tl.load(ptr[:, None] + tl.arange(0, KU)[None, :])
-        s = tl.sum(tl.where(tl.arange(0, KU)[None, :] == u, v.to(tl.int32), 0), axis=1)
-    return ((s.to(tl.int32) + 126) << 7) * 65537
+def _scales(ptr, c):
+    """bf16x2 2^(S-1) in both halves, S = byte c of the scale word at ptr (a k-block's four
+    groups; S <= 128)."""
+    s = (tl.load(ptr) >> (8 * c)) & 255
+    return ((s + 126) << 7) * 65537
 
 
 @triton.jit
@@ -100,43 +96,46 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     w_ptr / s_ptr may differ by thread too (a warp's own expert). Returns eight [NT] fp32:
     tile 0's (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's.
     x rows past M repeat row M - 1 (their columns are the caller's to drop).
-    K % (128 KU) == 0; swn, ssn and sxm multiples of 16, KU and 2 (host.mma_mxfp4_fits)."""
+    K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (host.mma_mxfp4_fits)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
+    # k-block kb (128 codes, 64 bytes a row) gives thread c bytes 16 c .. 16 c + 15 of it:
+    # a warp's load covers 64 contiguous bytes of each of its 8 rows, and a thread's chunk
+    # is one scale group (byte c of the k-block's scale word)
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * (16 * KU)
+    xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * (4 * KU)
+    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4
     pb0 = pa0 + 8 * (swn // 4)
-    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * (4 * KU)
+    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4
     pb1 = pa1 + 8 * (swn // 4)
-    sa0 = s_ptr + r0.to(tl.int64) * ssn + c * KU
-    sb0 = sa0 + 8 * ssn
-    sa1 = s_ptr + r1.to(tl.int64) * ssn + c * KU
-    sb1 = sa1 + 8 * ssn
+    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    sa0 = s_words + r0.to(tl.int64) * (ssn // 4)
+    sb0 = sa0 + 8 * (ssn // 4)
+    sa1 = s_words + r1.to(tl.int64) * (ssn // 4)
+    sb1 = sa1 + 8 * (ssn // 4)
     # two accumulator chains a tile (even and odd words): an mma waits for the one before
-    # it on the same accumulator, and one chain a tile left the warps latency-bound
+    # it on the same accumulator
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
     for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
-        xk = xq + k0 // 2
-        wk = k0 // 8
-        gk = k0 // 32
         for u in tl.static_range(KU):
-            x0, x1, x2, x3 = _ld16(xk + 16 * u)
-            x4, x5, x6, x7 = _ld16(xk + 16 * u + 4)
-            x8, x9, x10, x11 = _ld16(xk + 16 * u + 8)
-            x12, x13, x14, x15 = _ld16(xk + 16 * u + 12)
-            a00, a01, a02, a03 = _words(pa0 + wk + 4 * u)
-            b00, b01, b02, b03 = _words(pb0 + wk + 4 * u)
-            a10, a11, a12, a13 = _words(pa1 + wk + 4 * u)
-            b10, b11, b12, b13 = _words(pb1 + wk + 4 * u)
-            s_a0 = _scales(sa0 + gk, u, KU)
-            s_b0 = _scales(sb0 + gk, u, KU)
-            s_a1 = _scales(sa1 + gk, u, KU)
-            s_b1 = _scales(sb1 + gk, u, KU)
+            kb = k0 // 128 + u
+            xk = xq + kb * 64
+            x0, x1, x2, x3 = _ld16(xk)
+            x4, x5, x6, x7 = _ld16(xk + 4)
+            x8, x9, x10, x11 = _ld16(xk + 8)
+            x12, x13, x14, x15 = _ld16(xk + 12)
+            a00, a01, a02, a03 = _words(pa0 + kb * 16)
+            b00, b01, b02, b03 = _words(pb0 + kb * 16)
+            a10, a11, a12, a13 = _words(pa1 + kb * 16)
+            b10, b11, b12, b13 = _words(pb1 + kb * 16)
+            s_a0 = _scales(sa0 + kb, c)
+            s_b0 = _scales(sb0 + kb, c)
+            s_a1 = _scales(sa1 + kb, c)
+            s_b1 = _scales(sb1 + kb, c)
             f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
             c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
             c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
