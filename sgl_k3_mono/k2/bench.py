@@ -152,7 +152,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             sp = f"{std / ours:6.2f}x" if std else "    n/a"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
-                  f"bw_frac={floor_us / ours:5.2f} speedup={sp} phases=" + "/".join(f"{t:.1f}" for t in per_phase),
+                  f"bw_frac={floor_us / ours:5.2f} speedup={sp} experts="
+                  f"{'mma' if launch.tiles_used.get('MMA') else 'dot'} phases=" + "/".join(f"{t:.1f}" for t in per_phase),
                   flush=True)
     return results
 

@@ -8,6 +8,7 @@ copies. Scratch is allocated once per plan and reused by every layer.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,6 +20,7 @@ from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
+MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 
 
 def _next_pow2(n: int) -> int:
@@ -73,6 +75,9 @@ class K2Plan:
     """TP size the weights are sharded for."""
     grid: int = 132
     """Programs: one per SM, all co-resident."""
+    scale_max: int = 0
+    """Largest ue8m0 scale code in the MXFP4 experts (0 with bf16 experts). The mma.sync
+    experts (mma_fp4) scale by 2^(S-1) in bf16, finite while S <= MMA_SCALE_MAX."""
 
     def __post_init__(self):
         if not 1 <= self.rows <= MAX_ROWS:
@@ -95,11 +100,20 @@ class K2Plan:
         p = w.moe.params
         if p.routed_scaling != 1.0:
             raise ValueError(f"K2Plan: routed_scaling_factor {p.routed_scaling}: the launch is built for 1.0")
+        # one max a scale tensor at build (not in a step): it decides the expert path
+        smax = max(int(ex.w13_scale.max()), int(ex.w2_scale.max())) if mx else 0
         return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
                    inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
-                   situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp)
+                   situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp,
+                   scale_max=smax)
+
+    @property
+    def mma_experts(self) -> bool:
+        """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range); the tiles
+        still have to fit the widths (fit_tiles)."""
+        return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX
 
 
 @dataclass
@@ -204,7 +218,8 @@ class K2Scratch:
         return sum(t.numel() * t.element_size() for t in vars(self).values())
 
 
-def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0) -> dict:
+def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0,
+             mma: bool = False) -> dict:
     """Tile sizes for one launch. Dense phases (o_proj, front, shared down, latent up):
     tensor cores with rows padded to 16 and [64 outputs, 256 K] weight tiles, or GEMV
     (rows rounded up to a power of two, products as FMAs in the weights' load layout, no
@@ -214,16 +229,21 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     sized to about 32 fp32 registers a thread, and the expert down tile narrows as rows
     grow so its K chunk stays >= 32 MXFP4 bytes. `user_rows` (XU, GEMV experts only):
     each expert computes only the rows that route it, that many at a time, instead of
-    every row (0: every row). launch_args shrinks tiles that a small model cannot fill."""
+    every row (0: every row). `mma` (MMA, MXFP4 on sm_90): the experts through mma_fp4,
+    each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
+    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step. launch_args
+    shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
-    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps)
+    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0)
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
     else:
         t.update(BN=64, BK=256)
-    if expert_gemv:
+    if mma:
+        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, BKX=256, BKD=128)
+    elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
         t.update(XU=_next_pow2(user_rows) if user_rows else 0, BI=16, BL=bl,
@@ -233,29 +253,53 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     return t
 
 
-def default_tiles(rows: int, mxfp4: bool = True) -> dict:
+def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
-    the whole launch timed): 1 row: GEMV dense phases and experts, 8 warps; 2 rows and
-    more: tensor-core dense phases and experts, 8 warps for bf16 at 2 rows (234 us
-    against 251 with 4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8)."""
+    the whole launch timed): 1 row: GEMV dense phases, 8 warps; 2 rows and more:
+    tensor-core dense phases. MXFP4 experts through mma_fp4 where the plan allows it
+    (`mma`: K2Plan.mma_experts), with 8 warps at every M; otherwise GEMV experts at 1 row
+    and tensor-core experts from 2, 8 warps for bf16 at 2 rows (234 us against 251 with
+    4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8)."""
+    if mma:
+        return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
 
 
-def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int) -> dict:
+def mma_fits(b: dict, *, latent: int, inter: int, experts: Optional[tuple] = None) -> bool:
+    """mma_fp4's tiles divide the widths (I by BI, L by BL, both K walks by whole loop
+    steps) and its vector loads stay aligned: the expert tensors (`experts`: w13, its
+    scales, w2, its scales) start on 16 bytes, weight strides are multiples of 16 bytes
+    and scale strides of 4. No tensors (the Triton interpreter, which runs no PTX): no."""
+    if experts is None:
+        return False
+    w13, sc13, w2, sc2 = experts
+    aligned = all(t.data_ptr() % 16 == 0 for t in experts) and \
+        all(st % 16 == 0 for st in (*w13.stride()[:2], *w2.stride()[:2])) and \
+        all(st % 4 == 0 for st in (*sc13.stride()[:2], *sc2.stride()[:2]))
+    return (aligned and inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"]) == 0
+            and inter % (128 * b["KUD"]) == 0)
+
+
+def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
+              mma_experts: Optional[tuple] = None) -> dict:
     """Tiles a model's widths can take: the dense output tile BN must divide every
     segment of the front (shared gate/up, router, latent down) and the hidden width; the
     expert tiles must divide their widths, and a tensor-core K step (BKX / BKD elements)
     is at most the width it walks (rounded down to a power of two) and at least 64 (two
-    scale groups; masks cover a ragged tail)."""
+    scale groups; masks cover a ragged tail). MMA tiles that do not fit (mma_fits over
+    `mma_experts`) become tensor-core ones."""
     b = dict(b)
+    if b.get("MMA") and not mma_fits(b, latent=latent, inter=inter, experts=mma_experts):
+        b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
-    while b["BI"] > 16 and inter % b["BI"]:
-        b["BI"] //= 2
-    while b["BL"] > 16 and latent % b["BL"]:
-        b["BL"] //= 2
+    if not b.get("MMA"):
+        while b["BI"] > 16 and inter % b["BI"]:
+            b["BI"] //= 2
+        while b["BL"] > 16 and latent % b["BL"]:
+            b["BL"] //= 2
     if not b["EXPERT_GEMV"]:
         b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
         b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
@@ -294,7 +338,7 @@ class K2Launch:
             raise ValueError(f"K2Launch: TP {plan.tp} rank {rank} needs K2Peers of that TP and rank "
                              f"(got {None if peers is None else (peers.tp, peers.rank)})")
         launch = cls(plan, K2Scratch.allocate(plan, device), ErrorRecord({"k2": PHASES}), deadline_s, rank)
-        launch.block = default_tiles(plan.rows, plan.mxfp4)
+        launch.block = default_tiles(plan.rows, plan.mxfp4, mma=plan.mma_experts)
         if peers is not None:
             launch.peers = peers
             launch.red = torch.empty(plan.rows, plan.latent + plan.hidden, dtype=torch.bfloat16, device=device)
@@ -333,11 +377,13 @@ class K2Launch:
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
                         num_warps=over.get("num_warps", cur["num_warps"]),
-                        user_rows=over.get("XU", cur.get("XU", 0)))
+                        user_rows=over.get("XU", cur.get("XU", 0)), mma=bool(over.get("MMA", cur.get("MMA", 0))))
         self.block = {**base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
     both take the arguments launch_args packs."""
+    tiles_used: dict = field(default_factory=dict)
+    """The tiles the last launch ran with (block after fit_tiles: MMA says which expert path)."""
 
     def launch_args(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                     prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0) -> tuple[tuple, dict]:
@@ -345,12 +391,17 @@ class K2Launch:
         from sgl_k3_mono.k2.triton.kernel import PHASES
 
         pl, s = self.plan, self.scratch
+        ex = w.moe.experts
+        mma_experts = None  # the interpreter runs no PTX; the HIP build has its own tiles
+        if pl.mxfp4 and not self.hip and os.environ.get("TRITON_INTERPRET") != "1":
+            mma_experts = (ex.w13, ex.w13_scale, ex.w2, ex.w2_scale)
         b = fit_tiles(self.block, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
-                      inter=pl.inter)
+                      inter=pl.inter, mma_experts=mma_experts)
+        self.tiles_used = b
         m = attn_out.shape[0]
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
             raise ValueError(f"K2Launch: rows {m} / bank {tuple(bank.shape)} / nvb {nvb} do not fit {pl}")
-        ex, moe = w.moe.experts, w.moe
+        moe = w.moe
         if pl.mxfp4:
             w13, sc13, w2, sc2 = ex.w13, ex.w13_scale, ex.w2, ex.w2_scale
         else:
@@ -383,6 +434,7 @@ class K2Launch:
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
+            MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
         )
         return args, meta
 

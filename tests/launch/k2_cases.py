@@ -108,6 +108,7 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     res["router_scores"] = measure(torch.sigmoid(s.logits.float().cpu()), torch.sigmoid(ref.moe.router_logits.float().cpu()))
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = bool(torch.isfinite(out.float()).all())
+    res["mma"] = bool(launch.tiles_used.get("MMA", 0))
     return res
 
 

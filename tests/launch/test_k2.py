@@ -67,7 +67,11 @@ def test_k2_triton_interpreted_matches_reference():
 
 GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              for m in range(1, 9) for fmt in ("bf16", "mxfp4")] + \
-            [Case("k3-small", 4, "mxfp4", "gfx950", nvb=2)]
+            [Case("k3-small", 4, "mxfp4", "gfx950", nvb=2),
+             # the MXFP4 paths a plan takes when mma_fp4 cannot (scales above 2^1, widths that
+             # do not fit): tl.dot_scaled, and the GEMV experts
+             Case("k3-small", 4, "mxfp4", "sm_90", nvb=1, seed=41, tiles="MMA=0"),
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=42, tiles="MMA=0,EXPERT_GEMV=1")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31)]
 
@@ -75,7 +79,13 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
 def _report(case, res):
     h = res["hidden"]
     print(f"\nK2GPU {case.name}: max_abs={h['max_abs']:.4g} rel={h['rel']:.4g} cos={h['cosine']:.7f} "
-          f"routing_equal={res['routing_equal']} router_max_abs={res['router_scores']['max_abs']:.3g}")
+          f"routing_equal={res['routing_equal']} router_max_abs={res['router_scores']['max_abs']:.3g} "
+          f"mma={res.get('mma')}")
+
+
+def _mma_expected(case) -> bool:
+    """sm_90 MXFP4 experts at default tiles run through mma_fp4 (every GPU shape here fits)."""
+    return case.fmt == "mxfp4" and case.isa == "sm_90" and not case.tiles and case.tp == 1
 
 
 @pytest.mark.gpu
@@ -86,6 +96,7 @@ def test_k2_gpu_small_persistent(case):
     res = run_case(case, "cuda", phase=None)
     _report(case, res)
     _check(res)
+    assert res["mma"] == _mma_expected(case), "the expert path is not the one the plan should pick"
 
 
 @pytest.mark.gpu
@@ -107,6 +118,7 @@ def test_k2_gpu_real_tp8_rank_shapes(case):
     res = run_case(case, "cuda", phase=None, repeat=2)
     _report(case, res)
     _check(res)
+    assert res["mma"] == _mma_expected(case)
 
 
 @pytest.mark.gpu

@@ -56,3 +56,59 @@ def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
         k = b[key]
         assert k & (k - 1) == 0 and k >= 64, (key, k)
         assert k <= max(64, host._pow2_floor(width)), (key, k, width)
+
+
+def test_mma_experts_tiles_at_every_row_count():
+    """MXFP4 experts through mma_fp4 (the plan allows it): 8 warps at every M, a warp's two
+    16-row tiles (BI = 16 x warps gate/up rows, BL = 32 x warps), no GEMV experts; the
+    dense phases keep their per-M choice."""
+    for rows in range(1, 9):
+        t = host.default_tiles(rows, mxfp4=True, mma=True)
+        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8, (rows, t)
+        assert (t["BI"], t["BL"]) == (128, 256)
+        assert bool(t["DENSE_GEMV"]) == (rows == 1)
+
+
+def _plan(**kw):
+    base = dict(rows=4, isa="sm_90", hidden=7168, attn_width=1536, shared2=1536, experts=896, latent=3584,
+                inter=384, inter_up=384, top_k=16, bank_rows=8, eps=1e-5, situ_beta=4.0, situ_linear_beta=25.0,
+                mxfp4=True)
+    return host.K2Plan(**{**base, **kw})
+
+
+def test_mma_experts_need_sm90_mxfp4_and_scales_in_range():
+    """2^(S-1) is a finite bf16 up to S = 128: a larger scale code anywhere in the layer's
+    experts sends the launch to tl.dot_scaled (correct, slower)."""
+    assert _plan(scale_max=128).mma_experts
+    assert not _plan(scale_max=129).mma_experts
+    assert not _plan(isa="gfx950").mma_experts
+    assert not _plan(mxfp4=False).mma_experts
+
+
+def _experts(latent, inter, n=4, offset=0):
+    import torch
+
+    w13 = torch.zeros(n, 2 * inter, latent // 2, dtype=torch.uint8)
+    s13 = torch.zeros(n, 2 * inter, latent // 32, dtype=torch.uint8)
+    flat = torch.zeros(offset + n * latent * inter // 2, dtype=torch.uint8)
+    w2 = flat[offset:].view(n, latent, inter // 2)
+    s2 = torch.zeros(n, latent, inter // 32, dtype=torch.uint8)
+    return w13, s13, w2, s2
+
+
+@pytest.mark.parametrize("latent,inter,offset,fits", [
+    (3584, 384, 0, True),    # a TP-8 rank of Kimi-K3
+    (512, 256, 0, True),     # k3-small
+    (128, 128, 0, False),    # k3-tiny: L below one 256-row down item
+    (3584, 384, 4, False),   # w2 starts off a 16-byte boundary: the v4 loads would fault
+    (3584, 320, 0, False),   # I not a multiple of BI = 128
+])
+def test_mma_tiles_fall_back_to_tensor_cores_where_they_do_not_fit(latent, inter, offset, fits):
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter,
+                       mma_experts=_experts(latent, inter, offset=offset))
+    assert b["MMA"] == int(fits)
+    if not fits:
+        assert (b["BI"], b["BL"]) == (64, 128) or inter % b["BI"] == 0
+    # no tensors (the interpreter): never mma
+    assert host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter)["MMA"] == 0

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
+from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
@@ -102,6 +103,7 @@ def k2_kernel(
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
+    MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -113,6 +115,11 @@ def k2_kernel(
         t0 = now_ns(HIP)
     rm = tl.arange(0, BM)  # rows of the dense phases
     rx = tl.arange(0, XR)  # rows of the expert phases
+    if MMA:  # MXFP4 experts through mma_fp4: one element a thread (warp w, lane 4 q + c)
+        tq = tl.arange(0, NT)
+        qg = (tq % 32) // 4
+        qc = tq % 4
+        qrow = (tq // 32) * 16 + qg  # row g of the warp's first 16-row tile
     if TP > 1:
         # this launch's epoch: the parity slot of the partials and the ready tag
         epoch = tl.load(sync_ptr + EPOCH)
@@ -233,7 +240,16 @@ def k2_kernel(
             i0 = (item % (I // BI)) * BI
             e = nth_expert(ids, first, number, n).to(tl.int64)
             ri = i0 + tl.arange(0, BI)
-            if XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
+            if MMA:  # BI = 16 x warps: a warp's 16 gate rows and the same 16 up rows
+                gr = i0 + qrow
+                gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
+                                      gr, gr + I_UP, L, NT, KUX, 1)
+                for h in tl.static_range(2):  # rows g, g + 8
+                    for j in tl.static_range(2):  # x rows 2c, 2c + 1
+                        act = _situ(gu[2 * h + j], gu[4 + 2 * h + j], BETA, LBETA).to(tl.bfloat16)
+                        tok = 2 * qc + j
+                        tl.store(act_ptr + (n * XR + tok) * I + gr + 8 * h, act, mask=tok < M)
+            elif XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
                 for u0 in range(0, user_count(ids, keep, e), XU):
                     urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                     if MXFP4:
@@ -289,7 +305,24 @@ def k2_kernel(
                 e = nth_expert(ids, first, number, n)
                 e64 = e.to(tl.int64)
                 rl = l0 + tl.arange(0, BL)
-                if XU > 0:  # only the rows that route e, XU at a time
+                if MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
+                    lr = l0 + qrow
+                    ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
+                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1)
+                    for j in tl.static_range(2):  # x rows 2c, 2c + 1: the (row, slot) that names e
+                        tok = 2 * qc + j
+                        slot = tl.zeros((NT,), tl.int32)
+                        has = tok < 0
+                        for k in tl.static_range(TOPK):
+                            hit = tl.load(ids_ptr + tok * TOPK + k, mask=tok < M, other=-1) == e
+                            slot = tl.where(hit, k, slot)
+                            has = has | hit
+                        yrow = y_ptr + (tok * TOPK + slot) * L
+                        for half in tl.static_range(2):
+                            for h in tl.static_range(2):
+                                tl.store(yrow + lr + half * (BL // 2) + 8 * h, ya[4 * half + 2 * h + j].to(tl.bfloat16),
+                                         mask=has)
+                elif XU > 0:  # only the rows that route e, XU at a time
                     for u0 in range(0, user_count(ids, keep, e), XU):
                         urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                         if MXFP4:
