@@ -2,7 +2,8 @@
 
 `k2`: the persistent launch once (routing), then experts_up (phase 4) and experts_down
 (phase 5), each as its own launch. `mb`: the microbenchmark's K2 helper alone over the
-same down shape (117 experts through a table); `mbup`: the gate/up shape as the
+same down shape (117 experts through a table); `mma`: the microbenchmark's mma_fp4
+kernel over the down then the gate/up shape (8 warps, the tiles K2 runs); `mbup`: the gate/up shape as the
 microbenchmark's fp4_ds with fast_math (seventh session: experts_up takes 1.7x its time,
 unexplained). From the repository root on the GPU:
 
@@ -12,6 +13,7 @@ unexplained). From the repository root on the GPU:
         python3 tools/device/ncu_k2_experts.py k2
     ncu --clock-control none -k regex:fp4_k2dot --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mb
     ncu --clock-control none -k regex:fp4_ds --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mbup
+    ncu --clock-control none -k regex:fp4_mma --launch-count 2 $S python3 tools/device/ncu_k2_experts.py mma
 
 Results: docs/evidence/logs/s6-ncu-*.log (k2-sm90.md)."""
 import os
@@ -70,5 +72,16 @@ def mbup() -> None:
     torch.cuda.synchronize()
 
 
+def mma() -> None:
+    sys.path.insert(0, "tools/device")
+    import fp4_decode_microbench as bench
+
+    for N, K, ku in ((3584, 384, 1), (768, 3584, 2)):
+        _, w, s, x, _, _ = bench.fp4_case("cuda", N, K, 117, 8, scales=(118, 128))
+        out = torch.empty(117, 8, N, device="cuda")
+        bench.fp4_mma[(132,)](x, w, s, out, 117, 8, N=N, K=K, KU=ku, ST=1, NT=256, PW=0, num_warps=8)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
-    {"k2": k2, "mb": mb, "mbup": mbup}[sys.argv[1]]()
+    {"k2": k2, "mb": mb, "mbup": mbup, "mma": mma}[sys.argv[1]]()

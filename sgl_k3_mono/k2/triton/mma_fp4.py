@@ -23,9 +23,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# A thread's 16 weight (or x) bytes as four 32-bit words, read-only path.
-_LD16 = tl.constexpr("ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];")
-
 # B fragments of two k-tiles from x words X0..X3 (bf16 pairs 8q + 0/1, 2/3, 4/5, 6/7 of
 # a thread's chunk): k-tile h takes elements {2h, 2h+4} (low) and {2h+1, 2h+5} (high).
 _BFRAG = tl.constexpr("""prmt.b32 $0, $4, $6, 0x5410; prmt.b32 $1, $4, $6, 0x7632;
@@ -50,12 +47,6 @@ _WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\
 
 
 @triton.jit
-def _ld16(ptr):
-    return tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
-                                     is_pure=True, pack=1)
-
-
-@triton.jit
 def _bfrag(x0, x1, x2, x3):
     return tl.inline_asm_elementwise(_BFRAG, "=r,=r,=r,=r,r,r,r,r", [x0, x1, x2, x3],
                                      dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
@@ -70,8 +61,9 @@ def _word_mma(wa, wb, sa, sb, b0, b1, b2, b3, c0, c1, c2, c3):
 
 @triton.jit
 def _words(ptr):
-    """The 16 bytes at each thread's int32 pointer as four [NT] words (one [NT, 4] load,
-    so Triton's pipeliner can stage it through cp.async; the split costs nothing)."""
+    """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
+    which Triton lays out a row a thread (one 16-byte vector load), so the split costs
+    nothing."""
     v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
@@ -124,10 +116,10 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         for u in tl.static_range(KU):
             kb = k0 // 128 + u
             xk = xq + kb * 64
-            x0, x1, x2, x3 = _ld16(xk)
-            x4, x5, x6, x7 = _ld16(xk + 4)
-            x8, x9, x10, x11 = _ld16(xk + 8)
-            x12, x13, x14, x15 = _ld16(xk + 12)
+            x0, x1, x2, x3 = _words(xk)
+            x4, x5, x6, x7 = _words(xk + 4)
+            x8, x9, x10, x11 = _words(xk + 8)
+            x12, x13, x14, x15 = _words(xk + 12)
             a00, a01, a02, a03 = _words(pa0 + kb * 16)
             b00, b01, b02, b03 = _words(pb0 + kb * 16)
             a10, a11, a12, a13 = _words(pa1 + kb * 16)
