@@ -197,6 +197,8 @@ class K2Scratch:
     """int32 [E]: per expert, the first (row, slot) routed to it (reset every launch)."""
     act: torch.Tensor
     y: torch.Tensor
+    shared_act: torch.Tensor
+    """[M, S2/2] bf16: the shared experts' SiTU(gate, up), written by the routing phase."""
     part2: torch.Tensor
     sync: torch.Tensor
 
@@ -211,6 +213,7 @@ class K2Scratch:
             ids=torch.empty(m, k, dtype=torch.int32, device=device), wts=torch.empty(m, k, **f32),
             owner=torch.empty(plan.experts, dtype=torch.int32, device=device),
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
+            shared_act=torch.empty(m, plan.shared2 // 2, **bf),
             part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -420,7 +423,7 @@ class K2Launch:
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), lnorm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
-            *self._partials2(), out, *self._peer_args(),
+            s.shared_act, *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
         )
         meta = dict(

@@ -7,9 +7,10 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   0 o_proj       a_r = bf16(o_r @ Wo^T)                     tiles of H rows of Wo
   1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   one program a row
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
-  3 route        top-k of one row a program; owner[e] = first (row, slot) naming e
+  3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
+                 the row's shared-expert activation sact = bf16(SiTU(gu))
   4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile)
-  5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(SiTU(gu) @ Wd^T)
+  5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(sact @ Wd^T)
   6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
   7 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
   8 latent_up    out = bf16(bf16(bf16(norm(latent) @ Wup^T) + shared) + p)   (H tiles)
@@ -86,7 +87,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    part2_ptr,
+    sact_ptr, part2_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -227,6 +228,13 @@ def k2_kernel(
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
             tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
             tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
+            # once here, not in every shared-down item: there the operand layout repeats
+            # the SiTU in every warp (10 M FP32 instructions a launch at M 8)
+            for k0 in tl.static_range(0, S2 // 2, BN):
+                rk = k0 + tl.arange(0, BN)
+                g = tl.load(gu_ptr + r * S2 + rk, mask=rk < S2 // 2, other=0.0)
+                u = tl.load(gu_ptr + r * S2 + S2 // 2 + rk, mask=rk < S2 // 2, other=0.0)
+                tl.store(sact_ptr + r * (S2 // 2) + rk, _situ(g, u, BETA, LBETA).to(tl.bfloat16), mask=rk < S2 // 2)
         if PERSISTENT:
             grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
 
@@ -358,7 +366,7 @@ def k2_kernel(
                 n0 = (item - n_routed) * BN
                 acc = tl.zeros((BM, BN), tl.float32)
                 rn = n0 + tl.arange(0, BN)
-                # K chunks of BKD (not BK): SiTU of [16, 512] fp32 pairs spills on sm_90
+                # K chunks of BKD: the measured tiles date from when the SiTU ran here
                 if DENSE_GEMV:
                     r3 = rm[:, None, None]
                     n3 = rn[None, :, None]
@@ -366,9 +374,7 @@ def k2_kernel(
                     for k0 in tl.range(0, S2 // 2, BK, num_stages=STAGES):
                         k3 = k0 + tl.arange(0, BK)[None, None, :]
                         msk = (r3 < M) & (k3 < S2 // 2)
-                        g = tl.load(gu_ptr + r3 * S2 + k3, mask=msk, other=0.0)
-                        u = tl.load(gu_ptr + r3 * S2 + S2 // 2 + k3, mask=msk, other=0.0)
-                        a = _situ(g, u, BETA, LBETA).to(tl.bfloat16).to(tl.float32)
+                        a = tl.load(sact_ptr + r3 * (S2 // 2) + k3, mask=msk, other=0.0).to(tl.float32)
                         w = tl.load(wsd_ptr + n3 * s_wsd + k3, mask=k3 < S2 // 2, other=0.0).to(tl.float32)
                         part += a * w
                     acc += tl.sum(part, axis=2)
@@ -376,9 +382,7 @@ def k2_kernel(
                     for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
                         rk = k0 + tl.arange(0, BKD)
                         msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
-                        g = tl.load(gu_ptr + rm[:, None] * S2 + rk[None, :], mask=msk, other=0.0)
-                        u = tl.load(gu_ptr + rm[:, None] * S2 + S2 // 2 + rk[None, :], mask=msk, other=0.0)
-                        a = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                        a = tl.load(sact_ptr + rm[:, None] * (S2 // 2) + rk[None, :], mask=msk, other=0.0)
                         w = tl.load(wsd_ptr + rn[:, None] * s_wsd + rk[None, :], mask=rk[None, :] < S2 // 2,
                                     other=0.0)
                         acc = tl.dot(a, tl.trans(w), acc)
