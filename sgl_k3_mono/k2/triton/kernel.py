@@ -8,7 +8,7 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   one program a row
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
-                 the row's shared-expert activation sact = bf16(SiTU(gu))
+                 the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
   4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile)
   5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(sact @ Wd^T)
   6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
@@ -228,13 +228,16 @@ def k2_kernel(
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
             tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
             tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
-            # once here, not in every shared-down item: there the operand layout repeats
-            # the SiTU in every warp (10 M FP32 instructions a launch at M 8)
-            for k0 in tl.static_range(0, S2 // 2, BN):
-                rk = k0 + tl.arange(0, BN)
-                g = tl.load(gu_ptr + r * S2 + rk, mask=rk < S2 // 2, other=0.0)
-                u = tl.load(gu_ptr + r * S2 + S2 // 2 + rk, mask=rk < S2 // 2, other=0.0)
-                tl.store(sact_ptr + r * (S2 // 2) + rk, _situ(g, u, BETA, LBETA).to(tl.bfloat16), mask=rk < S2 // 2)
+        # the shared experts' SiTU, once here in 512-wide chunks over the whole grid, not in
+        # every shared-down item (there the operand layout repeats it in every warp: 10 M
+        # FP32 instructions a launch at M 8)
+        NSC: tl.constexpr = (S2 // 2 + 511) // 512
+        for q in range(pid, M * NSC, nprog):
+            r = q // NSC
+            rk = (q % NSC) * 512 + tl.arange(0, 512)
+            g = tl.load(gu_ptr + r * S2 + rk, mask=rk < S2 // 2, other=0.0)
+            u = tl.load(gu_ptr + r * S2 + S2 // 2 + rk, mask=rk < S2 // 2, other=0.0)
+            tl.store(sact_ptr + r * (S2 // 2) + rk, _situ(g, u, BETA, LBETA).to(tl.bfloat16), mask=rk < S2 // 2)
         if PERSISTENT:
             grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
 
