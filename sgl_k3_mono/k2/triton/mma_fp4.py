@@ -1,5 +1,5 @@
 """MXFP4 expert projections on sm_90 with the weights decoded straight into mma.sync's
-register operands (Triton, inline PTX): no trip through shared memory, about 2.5
+register operands (Triton, inline PTX): no trip through shared memory, about 3 PTX
 instructions a code against tl.dot_scaled's 7-9 (docs/evidence/k2-sm90.md).
 
 Every tensor here has one element per thread ([NT] = 32 x num_warps, element t on thread
@@ -7,16 +7,17 @@ t), so a per-thread register in the PTX is an element in Triton, and the mma's c
 operand layout is arranged by the addresses each thread loads. Thread (warp w, lane
 4 g + c) owns output rows base + 16 w + g and + 8 of a 16-row tile, and columns (rows of x)
 2 c and 2 c + 1. Along K, a k-block of 128 codes (64 bytes a row) gives thread c its
-codes 32 c .. 32 c + 31: 16 contiguous bytes and one scale group. K is a reduction, so an
-mma k-tile may take its 16 codes in any order as long as x takes them in the same order: k-tile (word q, half h) gives thread c codes 8 q + {2h, 2h+4}
-(its low register) and 8 q + {2h+1, 2h+5} (its high register) of each 8-code word, and
-reads the same x elements. Each code pair then sits 16 bits apart in its word, which is
-where a bf16x2 register wants it, so a pair decodes with one mask, two shifts and a lop3.
+codes 32 c .. 32 c + 31: 16 contiguous bytes and one scale group. K is a reduction, so
+an mma k-tile may take its 16 codes in any order as long as x takes them in the same
+order: k-tile (word q, half h) gives thread c codes 8 q + {2h, 2h+4} (its low register)
+and 8 q + {2h+1, 2h+5} (its high register) of each 8-code word, and reads the same x
+elements. Each code pair then sits 16 bits apart in its word, which is where a bf16x2
+register wants it, so a pair decodes with one mask, two shifts and a lop3.
 
 The decode is exact: an e2m1 code s|e1 e0|m placed at bf16 bits 15 and 8..6 reads as its
 value times 2^-126 (the subnormal code too), and one multiply by 2^(S-1) (S the ue8m0
 byte) applies the group scale. 2^(S-1) is a finite bf16 only while S <= 128 (weights up
-to 12), which the plan checks (host.mma_mxfp4_fits) before choosing this path."""
+to 12), which the plan checks (K2Plan.mma_experts) before choosing this path."""
 
 from __future__ import annotations
 
@@ -88,7 +89,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     w_ptr / s_ptr may differ by thread too (a warp's own expert). Returns eight [NT] fp32:
     tile 0's (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's.
     x rows past M repeat row M - 1 (their columns are the caller's to drop).
-    K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (host.mma_mxfp4_fits)."""
+    K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (host.mma_fits). KU:
+    k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
+    registers, measured fastest: tools/device/fp4_decode_microbench.py)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
