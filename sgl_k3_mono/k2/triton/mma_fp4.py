@@ -61,6 +61,16 @@ def _word_mma(wa, wb, sa, sb, b0, b1, b2, b3, c0, c1, c2, c3):
 
 
 @triton.jit
+def _word_both_tiles(x0, x1, x2, x3, wa0, wb0, wa1, wb1, sa0, sb0, sa1, sb1, c0, c1, c2, c3, c4, c5, c6, c7):
+    """One 8-code word of each tile's rows g / g + 8 (wa / wb, scales sa / sb) against the
+    x words x0..x3 of the same codes: tile 0 into c0..c3, tile 1 into c4..c7."""
+    f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
+    c0, c1, c2, c3 = _word_mma(wa0, wb0, sa0, sb0, f0, f1, f2, f3, c0, c1, c2, c3)
+    c4, c5, c6, c7 = _word_mma(wa1, wb1, sa1, sb1, f0, f1, f2, f3, c4, c5, c6, c7)
+    return c0, c1, c2, c3, c4, c5, c6, c7
+
+
+@triton.jit
 def _words(ptr):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
@@ -131,16 +141,12 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             s_b0 = _scales(sb0 + kb, c)
             s_a1 = _scales(sa1 + kb, c)
             s_b1 = _scales(sb1 + kb, c)
-            f0, f1, f2, f3 = _bfrag(x0, x1, x2, x3)
-            c0, c1, c2, c3 = _word_mma(a00, b00, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-            c4, c5, c6, c7 = _word_mma(a10, b10, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-            f0, f1, f2, f3 = _bfrag(x4, x5, x6, x7)
-            d0, d1, d2, d3 = _word_mma(a01, b01, s_a0, s_b0, f0, f1, f2, f3, d0, d1, d2, d3)
-            d4, d5, d6, d7 = _word_mma(a11, b11, s_a1, s_b1, f0, f1, f2, f3, d4, d5, d6, d7)
-            f0, f1, f2, f3 = _bfrag(x8, x9, x10, x11)
-            c0, c1, c2, c3 = _word_mma(a02, b02, s_a0, s_b0, f0, f1, f2, f3, c0, c1, c2, c3)
-            c4, c5, c6, c7 = _word_mma(a12, b12, s_a1, s_b1, f0, f1, f2, f3, c4, c5, c6, c7)
-            f0, f1, f2, f3 = _bfrag(x12, x13, x14, x15)
-            d0, d1, d2, d3 = _word_mma(a03, b03, s_a0, s_b0, f0, f1, f2, f3, d0, d1, d2, d3)
-            d4, d5, d6, d7 = _word_mma(a13, b13, s_a1, s_b1, f0, f1, f2, f3, d4, d5, d6, d7)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x0, x1, x2, x3, a00, b00, a10, b10, s_a0, s_b0, s_a1,
+                                                              s_b1, c0, c1, c2, c3, c4, c5, c6, c7)
+            d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x4, x5, x6, x7, a01, b01, a11, b11, s_a0, s_b0, s_a1,
+                                                              s_b1, d0, d1, d2, d3, d4, d5, d6, d7)
+            c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x8, x9, x10, x11, a02, b02, a12, b12, s_a0, s_b0, s_a1,
+                                                              s_b1, c0, c1, c2, c3, c4, c5, c6, c7)
+            d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x12, x13, x14, x15, a03, b03, a13, b13, s_a0, s_b0,
+                                                              s_a1, s_b1, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
