@@ -92,7 +92,9 @@ class K2Plan:
 
     @classmethod
     def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int,
-                    tp: int = 1) -> "K2Plan":
+                    tp: int = 1, scale_max: Optional[int] = None) -> "K2Plan":
+        """The plan for layers shaped like `w`. `scale_max`: experts_scale_max over every
+        layer the plan will run (default: `w`'s alone, right only for a one-layer plan)."""
         ex = w.moe.experts
         mx = isinstance(ex, Mxfp4Experts)
         if not mx and not isinstance(ex, DenseExperts):
@@ -100,8 +102,7 @@ class K2Plan:
         p = w.moe.params
         if p.routed_scaling != 1.0:
             raise ValueError(f"K2Plan: routed_scaling_factor {p.routed_scaling}: the launch is built for 1.0")
-        # one max a scale tensor at build (not in a step): it decides the expert path
-        smax = max(int(ex.w13_scale.max()), int(ex.w2_scale.max())) if mx else 0
+        smax = experts_scale_max([w]) if scale_max is None else scale_max
         return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
@@ -114,6 +115,18 @@ class K2Plan:
         """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range); the tiles
         still have to fit the widths (fit_tiles)."""
         return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX
+
+
+def experts_scale_max(layers) -> int:
+    """The largest ue8m0 scale code in the MXFP4 experts of `layers` (K2RankWeights; 0 with
+    none): one max a scale tensor, at build, never in a step. A plan serves many layers, so
+    its expert path (K2Plan.mma_experts) must hold for every one of them."""
+    out = 0
+    for w in layers:
+        ex = w.moe.experts
+        if isinstance(ex, Mxfp4Experts):
+            out = max(out, int(ex.w13_scale.max()), int(ex.w2_scale.max()))
+    return out
 
 
 @dataclass

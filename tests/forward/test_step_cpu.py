@@ -195,3 +195,21 @@ def test_recorded_yardstick_is_what_the_reference_computes(key):
     for k in ("kl_max", "err_max", "router_score_max_abs"):
         assert abs(got[k] - want[k]) <= 0.25 * want[k], (k, got[k], want[k])
     assert abs((1 - got["ssm_cosine_min"]) - (1 - want["ssm_cosine_min"])) <= 0.25 * (1 - want["ssm_cosine_min"])
+
+
+def test_a_plan_takes_the_mma_experts_only_if_every_layer_allows_them():
+    """One plan serves every MoE layer, so K2's mma_fp4 path (2^(S-1) in bf16: scale codes
+    up to 128) must hold for all of them: a single scale of 129 in the last MoE layer sends
+    the plan to tl.dot_scaled, though the layer the plan's shapes come from is in range."""
+    w = harness.random_weights(harness.shape("tiny", expert_format="mxfp4"), seed=0)
+    model = harness.step_model(w)
+    moe = [lr.k2 for lr in model.layers if lr.k2 is not None]
+    assert len(moe) >= 2 and all(int(k2.moe.experts.w2_scale.max()) <= 128 for k2 in moe)
+
+    def plan():
+        return plans_for(model, (2,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90", impl="reference",
+                         grid=4)[("decode", 2, 1)]
+
+    assert plan().k2.mma_experts
+    moe[-1].moe.experts.w2_scale[0, 0, 0] = 129
+    assert plan().k2.scale_max == 129 and not plan().k2.mma_experts
