@@ -116,7 +116,7 @@ def k2_kernel(
         t0 = now_ns(HIP)
     rm = tl.arange(0, BM)  # rows of the dense phases
     rx = tl.arange(0, XR)  # rows of the expert phases
-    if MMA:  # MXFP4 experts through mma_fp4: one element a thread (warp w, lane 4 q + c)
+    if MMA:  # MXFP4 experts through mma_fp4: one element a thread (warp w, lane 4 g + c)
         tq = tl.arange(0, NT)
         qg = (tq % 32) // 4
         qc = tq % 4
