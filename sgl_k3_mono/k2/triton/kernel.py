@@ -231,13 +231,15 @@ def k2_kernel(
         # the shared experts' SiTU, once here in 512-wide chunks over the whole grid, not in
         # every shared-down item (there the operand layout repeats it in every warp: 10 M
         # FP32 instructions a launch at M 8)
+        # (names of its own: a later phase's static loops reuse q, g, u as constexprs)
         NSC: tl.constexpr = (S2 // 2 + 511) // 512
-        for q in range(pid, M * NSC, nprog):
-            r = q // NSC
-            rk = (q % NSC) * 512 + tl.arange(0, 512)
-            g = tl.load(gu_ptr + r * S2 + rk, mask=rk < S2 // 2, other=0.0)
-            u = tl.load(gu_ptr + r * S2 + S2 // 2 + rk, mask=rk < S2 // 2, other=0.0)
-            tl.store(sact_ptr + r * (S2 // 2) + rk, _situ(g, u, BETA, LBETA).to(tl.bfloat16), mask=rk < S2 // 2)
+        for sq in range(pid, M * NSC, nprog):
+            srow = sq // NSC
+            scol = (sq % NSC) * 512 + tl.arange(0, 512)
+            sg = tl.load(gu_ptr + srow * S2 + scol, mask=scol < S2 // 2, other=0.0)
+            su = tl.load(gu_ptr + srow * S2 + S2 // 2 + scol, mask=scol < S2 // 2, other=0.0)
+            tl.store(sact_ptr + srow * (S2 // 2) + scol, _situ(sg, su, BETA, LBETA).to(tl.bfloat16),
+                     mask=scol < S2 // 2)
         if PERSISTENT:
             grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
 
