@@ -106,6 +106,18 @@ def fp4_nib(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R: tl.constexpr, N: tl.constexpr,
 
 
 @triton.jit
+def _store_mma(out_ptr, acc, e, R, N: tl.constexpr, r0, r1, c, ok):
+    """out[e, x row, weight row] from mxfp4_mma_tiles' eight per-thread values (rows r0 /
+    r0 + 8 of tile 0, r1 / r1 + 8 of tile 1; x rows 2c, 2c + 1)."""
+    for tile in tl.static_range(2):
+        o = out_ptr + (e * R + 2 * c) * N + (r1 if tile else r0)
+        tl.store(o, acc[4 * tile], mask=ok & (2 * c < R))
+        tl.store(o + N, acc[4 * tile + 1], mask=ok & (2 * c + 1 < R))
+        tl.store(o + 8, acc[4 * tile + 2], mask=ok & (2 * c < R))
+        tl.store(o + N + 8, acc[4 * tile + 3], mask=ok & (2 * c + 1 < R))
+
+
+@triton.jit
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
             KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr):
     """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
@@ -120,30 +132,19 @@ def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constex
         for it in range(pid * NW, n_e * (N // 32), nprog * NW):
             wi = it + t // 32
             ok = wi < n_e * (N // 32)
-            wi = tl.minimum(wi, n_e * (N // 32) - 1)
+            wi = tl.minimum(wi, n_e * (N // 32) - 1)  # the tail warps repeat the last item, unstored
             e = (wi // (N // 32)).to(tl.int64)
-            n0 = (wi % (N // 32)) * 32
+            r0 = (wi % (N // 32)) * 32 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  n0 + g, n0 + 16 + g, K, NT, KU, ST)
-            for tile in tl.static_range(2):
-                o = out_ptr + (e * R + 2 * c) * N + n0 + tile * 16 + g
-                tl.store(o, acc[4 * tile], mask=ok & (2 * c < R))
-                tl.store(o + N, acc[4 * tile + 1], mask=ok & (2 * c + 1 < R))
-                tl.store(o + 8, acc[4 * tile + 2], mask=ok & (2 * c < R))
-                tl.store(o + N + 8, acc[4 * tile + 3], mask=ok & (2 * c + 1 < R))
+                                  r0, r0 + 16, K, NT, KU, ST)
+            _store_mma(out_ptr, acc, e, R, N, r0, r0 + 16, c, ok)
     else:
         for item in range(pid, n_e * (N // NT), nprog):
             e = (item // (N // NT)).to(tl.int64)
-            n0 = (item % (N // NT)) * NT
-            r0 = n0 + (t // 32) * 16 + g
+            r0 = (item % (N // NT)) * NT + (t // 32) * 16 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
                                   r0, r0 + NT // 2, K, NT, KU, ST)
-            for tile in tl.static_range(2):
-                o = out_ptr + (e * R + 2 * c) * N + r0 + tile * (NT // 2)
-                tl.store(o, acc[4 * tile], mask=2 * c < R)
-                tl.store(o + N, acc[4 * tile + 1], mask=2 * c + 1 < R)
-                tl.store(o + 8, acc[4 * tile + 2], mask=2 * c < R)
-                tl.store(o + N + 8, acc[4 * tile + 3], mask=2 * c + 1 < R)
+            _store_mma(out_ptr, acc, e, R, N, r0, r0 + NT // 2, c, t >= 0)
 
 
 MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
