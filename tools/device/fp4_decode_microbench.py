@@ -24,8 +24,8 @@ and went into K2; the bit-placement planes lose to dot_scaled (weights the rhs: 
 gives the K/2 dots mma.sync, not wgmma; weights the lhs: wgmma, but the decoded planes go
 through shared memory). Eighth session: `mma` (the same bit placement, but decoded in the
 mma.sync operand registers themselves) beats dot_scaled fast_math at every shape, 1.5x
-on gate/up and 1.9x on down at 8 rows with 8 warps, plain loads (ST=1) and an item a
-program; it went into K2."""
+on gate/up and 1.7x on down at 8 rows with 8 warps, plain loads (ST=1) and an item a
+program (1.6x / 1.9x with 16 warps); it went into K2."""
 import os
 import sys
 
