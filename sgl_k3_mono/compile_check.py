@@ -271,8 +271,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         table = {**dict(variants(full=True)), **{m.name: m.build for m in triton_members(a.one[1])}}
         print("RESULT " + json.dumps(dataclasses.asdict(check_one(a.one[0], table[a.one[0]], a.one[1]))))
         return 0
+    # a private Triton cache: a warm cache would skip the compile being checked
+    with tempfile.TemporaryDirectory(prefix="sgl-k3-mono-tc-") as cache:
+        results = _check_all(a, {**os.environ, "TRITON_CACHE_DIR": cache})
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
+    passed = sum(r.ok for r in results)
+    print(f"{passed} passed, {len(results) - passed} failed")
+    return 0 if passed == len(results) else 1
+
+
+def _check_all(a, env: dict) -> list[Result]:
     results = []
-    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="sgl-k3-mono-tc-")}
     impls = a.impls.split(",")
     covers: dict = {}  # (name, target) -> the shipped members the compiled kernel stands for
     if "triton" not in impls:
@@ -304,12 +315,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         _print(r, covers.get((r.name, r.target), ()))
     if "flydsl" in impls and "gfx950" in a.targets.split(","):
         results += _fly_parent(a.full, a.only, a.jobs, every=a.every)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump([dataclasses.asdict(r) for r in results], f, indent=1)
-    passed = sum(r.ok for r in results)
-    print(f"{passed} passed, {len(results) - passed} failed")
-    return 0 if passed == len(results) else 1
+    return results
 
 
 # ---- FlyDSL (gfx950) ------------------------------------------------------------------
@@ -357,9 +363,10 @@ def _fly_parent(full: bool, only: str, jobs: int = 1, every: bool = False) -> li
     from sgl_k3_mono import compile_check_fly as fly
 
     def one(v) -> Result:
-        dump = tempfile.mkdtemp(prefix=f"sgl-k3-mono-fly-{v.name}-")
-        done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", v.name, fly.ARCH],
-                              capture_output=True, text=True, env=fly.child_env(dump), timeout=1200)
+        with tempfile.TemporaryDirectory(prefix=f"sgl-k3-mono-fly-{v.name}-") as dump:
+            done = subprocess.run([sys.executable, "-m", "sgl_k3_mono.compile_check", "--one", v.name,
+                                   fly.ARCH], capture_output=True, text=True, env=fly.child_env(dump),
+                                  timeout=1200)
         line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
         r = Result(**json.loads(line[7:])) if line else Result(
             v.name, fly.ARCH, False, [f"compiler process died (rc {done.returncode}): {done.stderr[-800:]}"],

@@ -15,7 +15,7 @@ VENV="$(realpath -m "${1:-${VIRTUAL_ENV:-.venv}}")"
 PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "setup_gfx950_toolchain: no python at $PY" >&2; exit 2; }
 
-"$PY" -m pip install -q "flydsl==$FLYDSL_PIN" "ziglang==$ZIGLANG_PIN"
+"$PY" -m pip install -q --no-cache-dir "flydsl==$FLYDSL_PIN" "ziglang==$ZIGLANG_PIN"
 
 SHIM="$VENV/share/sgl-k3-mono/rocm-shim"
 mkdir -p "$SHIM/llvm/bin" "$SHIM/amdgcn/bitcode"
