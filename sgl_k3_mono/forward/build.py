@@ -26,7 +26,7 @@ from sgl_k3_mono.forward.layers import StepModel, from_model_views
 from sgl_k3_mono.forward.plan import IMPLS, MODES, StepBuffers, StepPlan
 from sgl_k3_mono.forward.warm import warm
 from sgl_k3_mono.k1.host import K1Plan, device_grid
-from sgl_k3_mono.k2.host import K2Peers, K2Plan, experts_scale_max
+from sgl_k3_mono.k2.host import K2Peers, K2Plan, experts_alignment_ok, experts_scale_max
 from sgl_k3_mono.reference.attn_res import SeamWeights
 
 logger = logging.getLogger(__name__)
@@ -88,8 +88,9 @@ def plans_for(model: StepModel, widths: tuple[int, ...], step: ServerStep, *, tp
                None)
     grid = grid if grid is not None else device_grid()
     mode = MODES[step.mode]
-    # every MoE layer's scales: the plans below serve all of them (K2Plan.mma_experts)
-    smax = experts_scale_max([lr.k2 for lr in model.layers if lr.k2 is not None])
+    # every MoE layer's experts: the plans below serve all of them (K2Plan.mma_experts)
+    every = [lr.k2 for lr in model.layers if lr.k2 is not None]
+    experts_facts = dict(scale_max=experts_scale_max(every), experts_aligned=experts_alignment_ok(every))
     out = {}
     for w in widths:
         if w % step.tokens:
@@ -97,9 +98,9 @@ def plans_for(model: StepModel, widths: tuple[int, ...], step: ServerStep, *, tp
         bs = w // step.tokens
         k1 = None if kda is None else K1Plan.for_weights(kda, w, mode, bank_rows=model.bank_rows, eps=model.eps,
                                                          tp=tp, rank=rank, isa=isa, grid=grid)
-        k2 = K2Plan.for_weights(moe, w, isa=isa, bank_rows=model.bank_rows, grid=grid, tp=tp, scale_max=smax)
+        k2 = K2Plan.for_weights(moe, w, isa=isa, bank_rows=model.bank_rows, grid=grid, tp=tp, **experts_facts)
         k2_mla = None if mla is None else K2Plan.for_weights(mla, w, isa=isa, bank_rows=model.bank_rows, grid=grid,
-                                                             tp=tp, scale_max=smax)
+                                                             tp=tp, **experts_facts)
         out[(step.mode, bs, step.tokens)] = StepPlan(rows=w, mode=mode, batch_size=bs, k1=k1, k2=k2, k2_mla=k2_mla,
                                                      impl=impl)
     return out

@@ -78,6 +78,10 @@ class K2Plan:
     scale_max: int = 0
     """Largest ue8m0 scale code in the MXFP4 experts (0 with bf16 experts). The mma.sync
     experts (mma_fp4) scale by 2^(S-1) in bf16, finite while S <= MMA_SCALE_MAX."""
+    experts_aligned: bool = True
+    """Every layer's MXFP4 expert tensors sit where mma_fp4's 16-byte loads need them
+    (experts_alignment_ok). Decided at build for all layers, like scale_max, so no layer can
+    switch the launch to another variant (and a compile) inside a served step."""
 
     def __post_init__(self):
         if not 1 <= self.rows <= MAX_ROWS:
@@ -92,9 +96,11 @@ class K2Plan:
 
     @classmethod
     def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int,
-                    tp: int = 1, scale_max: Optional[int] = None) -> "K2Plan":
-        """The plan for layers shaped like `w`. `scale_max`: experts_scale_max over every
-        layer the plan will run (default: `w`'s alone, right only for a one-layer plan)."""
+                    tp: int = 1, scale_max: Optional[int] = None,
+                    experts_aligned: Optional[bool] = None) -> "K2Plan":
+        """The plan for layers shaped like `w`. `scale_max` and `experts_aligned`: the
+        functions of those names over every layer the plan will run (default: `w`'s alone,
+        right only for a one-layer plan)."""
         ex = w.moe.experts
         mx = isinstance(ex, Mxfp4Experts)
         if not mx and not isinstance(ex, DenseExperts):
@@ -102,19 +108,22 @@ class K2Plan:
         p = w.moe.params
         if p.routed_scaling != 1.0:
             raise ValueError(f"K2Plan: routed_scaling_factor {p.routed_scaling}: the launch is built for 1.0")
+        if w.moe.latent_norm is None:  # config_reasons refuses such a model first
+            raise ValueError("K2Plan: no latent norm weight: the launch always applies the latent RMSNorm")
         smax = experts_scale_max([w]) if scale_max is None else scale_max
+        aligned = experts_alignment_ok([w]) if experts_aligned is None else experts_aligned
         return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
                    inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
                    situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp,
-                   scale_max=smax)
+                   scale_max=smax, experts_aligned=aligned)
 
     @property
     def mma_experts(self) -> bool:
-        """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range); the tiles
-        still have to fit the widths (fit_tiles)."""
-        return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX
+        """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range, tensors
+        aligned); the tiles still have to fit the widths (fit_tiles)."""
+        return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
 
 
 def experts_scale_max(layers) -> int:
@@ -127,6 +136,21 @@ def experts_scale_max(layers) -> int:
         if isinstance(ex, Mxfp4Experts):
             out = max(out, int(ex.w13_scale.max()), int(ex.w2_scale.max()))
     return out
+
+
+def experts_alignment_ok(layers) -> bool:
+    """Every MXFP4 expert store of `layers` (K2RankWeights) fits mma_fp4's vector loads:
+    tensors start on 16 bytes, weight strides are multiples of 16 bytes and scale strides
+    of 4 (SGLang allocates each expert parameter whole, so its loader always fits)."""
+    return all(mma_aligned(w.moe.experts) for w in layers if isinstance(w.moe.experts, Mxfp4Experts))
+
+
+def mma_aligned(ex: Mxfp4Experts) -> bool:
+    """One expert store fits mma_fp4's vector loads (experts_alignment_ok)."""
+    ts = (ex.w13, ex.w13_scale, ex.w2, ex.w2_scale)
+    return all(t.data_ptr() % 16 == 0 for t in ts) and \
+        all(st % 16 == 0 for st in (*ex.w13.stride()[:2], *ex.w2.stride()[:2])) and \
+        all(st % 4 == 0 for st in (*ex.w13_scale.stride()[:2], *ex.w2_scale.stride()[:2]))
 
 
 @dataclass
@@ -283,31 +307,23 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
 
 
-def mma_fits(b: dict, *, latent: int, inter: int, experts: Optional[tuple] = None) -> bool:
-    """mma_fp4's tiles divide the widths (I by BI, L by BL, both K walks by whole loop
-    steps) and its vector loads stay aligned: the expert tensors (`experts`: w13, its
-    scales, w2, its scales) start on 16 bytes, weight strides are multiples of 16 bytes
-    and scale strides of 4. No tensors (the Triton interpreter, which runs no PTX): no."""
-    if experts is None:
-        return False
-    w13, sc13, w2, sc2 = experts
-    aligned = all(t.data_ptr() % 16 == 0 for t in experts) and \
-        all(st % 16 == 0 for st in (*w13.stride()[:2], *w2.stride()[:2])) and \
-        all(st % 4 == 0 for st in (*sc13.stride()[:2], *sc2.stride()[:2]))
-    return (aligned and inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"]) == 0
+def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
+    """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks by whole loop
+    steps (the tensors' alignment is the plan's: K2Plan.experts_aligned)."""
+    return (inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"]) == 0
             and inter % (128 * b["KUD"]) == 0)
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
-              mma_experts: Optional[tuple] = None) -> dict:
+              mma: bool = False) -> dict:
     """Tiles a model's widths can take: the dense output tile BN must divide every
     segment of the front (shared gate/up, router, latent down) and the hidden width; the
     expert tiles must divide their widths, and a tensor-core K step (BKX / BKD elements)
     is at most the width it walks (rounded down to a power of two) and at least 64 (two
-    scale groups; masks cover a ragged tail). MMA tiles that do not fit (mma_fits over
-    `mma_experts`) become tensor-core ones."""
+    scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
+    `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
-    if b.get("MMA") and not mma_fits(b, latent=latent, inter=inter, experts=mma_experts):
+    if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
@@ -408,11 +424,13 @@ class K2Launch:
 
         pl, s = self.plan, self.scratch
         ex = w.moe.experts
-        mma_experts = None  # the interpreter runs no PTX; the HIP build has its own tiles
-        if pl.mxfp4 and not self.hip and os.environ.get("TRITON_INTERPRET") != "1":
-            mma_experts = (ex.w13, ex.w13_scale, ex.w2, ex.w2_scale)
+        # the interpreter runs no PTX; the HIP build has its own tiles
+        mma = pl.mma_experts and not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
         b = fit_tiles(self.block, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
-                      inter=pl.inter, mma_experts=mma_experts)
+                      inter=pl.inter, mma=mma)
+        if b.get("MMA") and not mma_aligned(ex):  # the plan was decided for other tensors: refuse, never fault
+            raise ValueError(f"K2Launch: layer {layer}'s MXFP4 expert tensors are off the 16-byte alignment "
+                             "its plan was built for (K2Plan.experts_aligned)")
         self.tiles_used = b
         m = attn_out.shape[0]
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
@@ -423,8 +441,6 @@ class K2Launch:
         else:
             w13, w2 = ex.w13, ex.w2
             sc13, sc2 = w13, w2  # unused: never dereferenced on the bf16 path
-        lnorm = moe.latent_norm if moe.latent_norm is not None else \
-            torch.ones(pl.latent, dtype=torch.bfloat16, device=out.device)
         stall = -1 if self.stall is None else self.stall.phase_index(self.rank, layer, "k2", PHASES)
         isa_sm90 = pl.isa == "sm_90"
         args = (
@@ -434,7 +450,7 @@ class K2Launch:
             moe.latent_down, moe.latent_down.stride(0), moe.router_bias,
             w13, w13.stride(0), w13.stride(1), sc13, sc13.stride(0), sc13.stride(1),
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
-            moe.shared_down, moe.shared_down.stride(0), lnorm, moe.latent_up, moe.latent_up.stride(0),
+            moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,

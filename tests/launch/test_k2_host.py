@@ -88,27 +88,90 @@ def test_mma_experts_need_sm90_mxfp4_and_scales_in_range():
 def _experts(latent, inter, n=4, offset=0):
     import torch
 
+    from sgl_k3_mono.reference.experts import Mxfp4Experts
+
     w13 = torch.zeros(n, 2 * inter, latent // 2, dtype=torch.uint8)
     s13 = torch.zeros(n, 2 * inter, latent // 32, dtype=torch.uint8)
     flat = torch.zeros(offset + n * latent * inter // 2, dtype=torch.uint8)
     w2 = flat[offset:].view(n, latent, inter // 2)
     s2 = torch.zeros(n, latent, inter // 32, dtype=torch.uint8)
-    return w13, s13, w2, s2
+    return Mxfp4Experts(w13, s13, w2, s2, inter)
 
 
-@pytest.mark.parametrize("latent,inter,offset,fits", [
-    (3584, 384, 0, True),    # a TP-8 rank of Kimi-K3
-    (512, 256, 0, True),     # k3-small
-    (128, 128, 0, False),    # k3-tiny: L below one 256-row down item
-    (3584, 384, 4, False),   # w2 starts off a 16-byte boundary: the v4 loads would fault
-    (3584, 320, 0, False),   # I not a multiple of BI = 128
+@pytest.mark.parametrize("latent,inter,fits", [
+    (3584, 384, True),    # a TP-8 rank of Kimi-K3
+    (512, 256, True),     # k3-small
+    (128, 128, False),    # k3-tiny: L below one 256-row down item
+    (3584, 320, False),   # I not a multiple of BI = 128
 ])
-def test_mma_tiles_fall_back_to_tensor_cores_where_they_do_not_fit(latent, inter, offset, fits):
+def test_mma_tiles_fall_back_to_tensor_cores_where_they_do_not_fit(latent, inter, fits):
     t = host.default_tiles(8, mxfp4=True, mma=True)
-    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter,
-                       mma_experts=_experts(latent, inter, offset=offset))
+    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter, mma=True)
     assert b["MMA"] == int(fits)
     if not fits:  # the tensor-core tiles, fitted to the widths like any others
         assert inter % b["BI"] == 0 and latent % b["BL"] == 0 and b["BI"] <= 64 and b["BL"] <= 128
-    # no tensors (the interpreter): never mma
+    # the plan says no (or the interpreter, which runs no PTX): never mma
     assert host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter)["MMA"] == 0
+
+
+def test_misaligned_expert_tensors_take_the_plan_off_mma():
+    """w2 starting 4 bytes off a 16-byte boundary would fault mma_fp4's v4 loads: decided
+    once for the plan (every layer), so no layer switches variant inside a served step."""
+    good, off = _experts(3584, 384), _experts(3584, 384, offset=4)
+    assert host.mma_aligned(good) and not host.mma_aligned(off)
+
+    class _Layer:  # what experts_alignment_ok reads of a K2RankWeights
+        def __init__(self, ex):
+            self.moe = type("Moe", (), {"experts": ex})()
+
+    assert host.experts_alignment_ok([_Layer(good), _Layer(good)])
+    assert not host.experts_alignment_ok([_Layer(good), _Layer(off)])
+    assert _plan(scale_max=120).mma_experts and not _plan(scale_max=120, experts_aligned=False).mma_experts
+
+
+def _small_rank(fmt="mxfp4"):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from k2_cases import dims
+
+    from sgl_k3_mono.k2.reference import K2Weights
+
+    return K2Weights.random(dims("k3-small"), seed=0, expert_format=fmt).shard(0, 1)
+
+
+def test_a_layer_off_its_plans_alignment_is_refused_not_run(monkeypatch):
+    """The plan decides the mma path once for every layer; a layer handed to it whose
+    expert tensors do not fit (another plan's weights) is an error naming the layer,
+    never a faulting load or a silent switch of variant."""
+    import dataclasses
+
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the interpreter never takes mma
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 4, isa="sm_90", bank_rows=3, grid=4)
+    assert plan.mma_experts
+    launch = host.K2Launch.build(plan, "cpu")
+    ex = rw.moe.experts
+    flat = torch.zeros(4 + ex.w2.numel(), dtype=torch.uint8)
+    off = dataclasses.replace(ex, w2=flat[4:].view(ex.w2.shape))
+    bad = dataclasses.replace(rw, moe=dataclasses.replace(rw.moe, experts=off))
+    bf = torch.bfloat16
+    inputs = (torch.zeros(4, plan.attn_width, dtype=bf), torch.zeros(4, 3, plan.hidden, dtype=bf), 2, None,
+              torch.empty(4, plan.hidden, dtype=bf))
+    assert launch.launch_args(rw, *inputs, layer=5)[1]["MMA"]
+    with pytest.raises(ValueError, match="layer 7's MXFP4 expert tensors are off the 16-byte alignment"):
+        launch.launch_args(bad, *inputs, layer=7)
+
+
+def test_a_plan_refuses_weights_without_the_latent_norm():
+    """The launch always applies the latent RMSNorm: weights without its weight would
+    otherwise be normalised with ones, which is not what SGLang computes."""
+    import dataclasses
+
+    rw = _small_rank()
+    rw = dataclasses.replace(rw, moe=dataclasses.replace(rw.moe, latent_norm=None))
+    with pytest.raises(ValueError, match="latent RMSNorm"):
+        host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
