@@ -236,6 +236,9 @@ class K2Scratch:
     y: torch.Tensor
     shared_act: torch.Tensor
     """[M, S2/2] bf16: the shared experts' SiTU(gate, up), written by the routing phase."""
+    latent_normed: torch.Tensor
+    """[grid, M, L] bf16: each program's own copy of the normed latent (the up projection's
+    operand; a copy a program, so no grid barrier sits between the norm and the GEMM)."""
     part2: torch.Tensor
     sync: torch.Tensor
 
@@ -251,6 +254,7 @@ class K2Scratch:
             owner=torch.empty(plan.experts, dtype=torch.int32, device=device),
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
             shared_act=torch.empty(m, plan.shared2 // 2, **bf),
+            latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -452,7 +456,7 @@ class K2Launch:
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
-            s.shared_act, *self._partials2(), out, *self._peer_args(),
+            s.shared_act, s.latent_normed, *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
         )
         meta = dict(

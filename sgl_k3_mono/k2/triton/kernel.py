@@ -87,7 +87,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, part2_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -438,39 +438,31 @@ def k2_kernel(
     if PERSISTENT or PHASE == 8:
         if PERSISTENT:
             maybe_stall(stall_phase, 8, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        ssq = tl.zeros((BM,), tl.float32)
-        for k0 in range(0, L, BK):
-            rk = k0 + tl.arange(0, BK)
-            lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
-                          other=0.0)
-            lat = lat.to(tl.float32)
-            ssq += tl.sum(lat * lat, axis=1)
-        rstd = 1.0 / tl.sqrt(ssq / L + EPS)
+        # the normalised latent bf16(lat rstd w), once, into this program's own rows: the
+        # projection then loads it like any bf16 operand (computed in registers inside the
+        # K loop, it crossed shared memory into the tensor-core layout every K step)
+        xn_ptr = xnorm_ptr + pid * M * L
+        if pid < H // BN:
+            ssq = tl.zeros((BM,), tl.float32)
+            for k0 in range(0, L, BK):
+                rk = k0 + tl.arange(0, BK)
+                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
+                              other=0.0)
+                lat = lat.to(tl.float32)
+                ssq += tl.sum(lat * lat, axis=1)
+            rstd = 1.0 / tl.sqrt(ssq / L + EPS)
+            for k0 in range(0, L, BK):
+                rk = k0 + tl.arange(0, BK)
+                km = (rm[:, None] < M) & (rk[None, :] < L)
+                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=km, other=0.0).to(tl.float32)
+                lw = tl.load(lnorm_ptr + rk, mask=rk < L, other=0.0).to(tl.float32)
+                tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
+                         mask=km)
+            tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
         for tile in range(pid, H // BN, nprog):
             rn = tile * BN + tl.arange(0, BN)
-            acc = tl.zeros((BM, BN), tl.float32)
-            if DENSE_GEMV:
-                r3 = rm[:, None, None]
-                n3 = rn[None, :, None]
-                part = tl.zeros((BM, BN, BK), tl.float32)
-                for k0 in tl.range(0, L, BK, num_stages=STAGES):
-                    k3 = k0 + tl.arange(0, BK)[None, None, :]
-                    lat = tl.load(red + r3 * (L + H) + k3, mask=(r3 < M) & (k3 < L), other=0.0).to(tl.float32)
-                    lw = tl.load(lnorm_ptr + k3, mask=k3 < L, other=0.0).to(tl.float32)
-                    xn = (lat * rstd[:, None, None] * lw).to(tl.bfloat16).to(tl.float32)
-                    w = tl.load(wup_ptr + n3 * s_wup + k3, mask=k3 < L, other=0.0).to(tl.float32)
-                    part += xn * w
-                acc += tl.sum(part, axis=2)
-            else:
-                for k0 in tl.range(0, L, BK, num_stages=STAGES):
-                    rk = k0 + tl.arange(0, BK)
-                    km = rk < L
-                    lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
-                                  other=0.0)
-                    xn = lat.to(tl.float32) * rstd[:, None] * \
-                        tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
-                    w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
-                    acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, tile * BN, H, L, tl.zeros((BM, BN), tl.float32),
+                           BM, BN, BK, STAGES, DENSE_GEMV)
             msk = rm[:, None] < M
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
