@@ -358,6 +358,9 @@ class K2Launch:
     """TP > 1: the symmetric buffers of the in-launch reduces (see K2Peers)."""
     red: Optional[torch.Tensor] = None
     """TP > 1: [M, L + H] bf16, the reduced [latent | shared] of this rank."""
+    trace: Optional[torch.Tensor] = None
+    """[grid, TRACE_SLOTS] int64, or None: where a persistent launch writes each program's
+    phase entry times (the benchmark's in-launch phase profile; the served build has none)."""
 
     @classmethod
     def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0,
@@ -458,6 +461,7 @@ class K2Launch:
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
+            self.trace if self.trace is not None else s.sync,
         )
         meta = dict(
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
@@ -471,6 +475,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
+            TRACE=self.trace is not None,
         )
         return args, meta
 

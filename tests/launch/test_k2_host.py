@@ -175,3 +175,22 @@ def test_a_plan_refuses_weights_without_the_latent_norm():
     rw = dataclasses.replace(rw, moe=dataclasses.replace(rw.moe, latent_norm=None))
     with pytest.raises(ValueError, match="latent RMSNorm"):
         host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+
+
+def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
+    """The benchmark's in-launch profile: phases that did not run (reduce at TP 1) are
+    skipped, each phase ends at the next one's median entry, the last at the exit slot."""
+    import torch
+
+    from sgl_k3_mono.k2.bench import trace_summary
+    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_EXIT, TRACE_SLOTS
+
+    t = torch.full((3, TRACE_SLOTS.value), -1, dtype=torch.int64)
+    entries = {"o_proj": 0, "seam": 10_000, "front": 15_000, "route": 40_000, "experts_up": 45_000,
+               "experts_down": 90_000, "combine": 150_000, "latent_up": 155_000}
+    for p, ns in entries.items():
+        t[:, PHASES.index(p)] = torch.tensor([ns, ns + 200, ns + 1000])
+    t[:, TRACE_EXIT.value] = torch.tensor([180_000, 180_200, 181_000])
+    got = trace_summary(t)
+    assert list(got) == list(entries)  # no "reduce"
+    assert got["seam"] == (5.0, 1.0) and got["experts_down"] == (60.0, 1.0) and got["latent_up"] == (25.0, 1.0)

@@ -40,6 +40,10 @@ from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_ro
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
+TRACE_SLOTS = tl.constexpr(16)
+"""int64 slots a program in the phase trace (TRACE): its entry time into each phase, by
+number, then its exit time in slot TRACE_EXIT."""
+TRACE_EXIT = tl.constexpr(len(PHASES))
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
@@ -52,6 +56,16 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
     tg = 2.0 * tl.sigmoid(2.0 * g / BETA) - 1.0
     tu = 2.0 * tl.sigmoid(2.0 * u / LBETA) - 1.0
     return BETA * tg * tl.sigmoid(g) * (LBETA * tu)
+
+
+@triton.jit
+def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP: tl.constexpr,
+           TRACE: tl.constexpr):
+    """A persistent launch enters `phase`: the fault-injection hold, and (TRACE) this
+    program's timestamp in its row of the trace ([grid, TRACE_SLOTS] int64 ns)."""
+    maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+    if TRACE:
+        tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + phase, now_ns(HIP))
 
 
 @triton.jit
@@ -92,7 +106,7 @@ def k2_kernel(
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
-    sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase,
+    sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
     I: tl.constexpr, I_UP: tl.constexpr, TOPK: tl.constexpr,
@@ -105,6 +119,7 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
+    TRACE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -131,7 +146,7 @@ def k2_kernel(
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
-            maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         for tile in range(pid, H // BN, nprog):
             acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
@@ -147,7 +162,7 @@ def k2_kernel(
     # -- 1: reduce over the ranks present, prefix add, FFN attn-res seam --------------
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
-            maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(1, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
@@ -196,7 +211,7 @@ def k2_kernel(
     # -- 2: the MoE front: [shared gate_up | router | latent down] ---------------------
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
-            maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         for tile in range(pid, (S2 + E + L) // BN, nprog):
             n0 = tile * BN
             acc = tl.zeros((BM, BN), tl.float32)
@@ -222,7 +237,7 @@ def k2_kernel(
     # -- 3: routing, one row a program ------------------------------------------------
     if PERSISTENT or PHASE == 3:
         if PERSISTENT:
-            maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(3, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         for r in range(pid, M, nprog):
             ids, wts = route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
@@ -246,7 +261,7 @@ def k2_kernel(
     # -- 4: each distinct routed expert's gate/up and SiTU ----------------------------
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
-            maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         for item in range(pid, n_e * (I // BI), nprog):
             n = item // (I // BI)
@@ -306,7 +321,7 @@ def k2_kernel(
     # -- 5: each distinct routed expert's down projection; the shared experts ----------
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
-            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
@@ -399,7 +414,7 @@ def k2_kernel(
     # -- 6: latent = sum over the row's slots, in top-k order -------------------------
     if PERSISTENT or PHASE == 6:
         if PERSISTENT:
-            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
         for tile in range(pid, L // BL, nprog):
@@ -421,7 +436,7 @@ def k2_kernel(
         red = red_ptr
         if PERSISTENT or PHASE == 7:
             if PERSISTENT:
-                maybe_stall(stall_phase, 7, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+                _enter(7, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
                 _wait_peers(flag_ptr, 2 + epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 7, HIP)
             for tile in range(pid, (L + H) // BN, nprog):
                 rn = tile * BN + tl.arange(0, BN)
@@ -437,7 +452,7 @@ def k2_kernel(
     # -- 8: latent norm, up projection, the residual combine --------------------------
     if PERSISTENT or PHASE == 8:
         if PERSISTENT:
-            maybe_stall(stall_phase, 8, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(8, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         # the normalised latent bf16(lat rstd w), once, into this program's own rows: the
         # projection then loads it like any bf16 operand (computed in registers inside the
         # K loop, it crossed shared memory into the tensor-core layout every K step)
@@ -471,4 +486,6 @@ def k2_kernel(
             x = (x + p.to(tl.float32)).to(tl.bfloat16)
             tl.store(out_ptr + rm[:, None] * H + rn[None, :], x, mask=msk)
         if PERSISTENT:
+            if TRACE:
+                tl.store(trace_ptr + pid * TRACE_SLOTS + TRACE_EXIT, now_ns(HIP))
             depart(sync_ptr, nprog)
