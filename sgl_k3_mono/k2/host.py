@@ -275,7 +275,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each expert computes only the rows that route it, that many at a time, instead of
     every row (0: every row). `mma` (MMA, MXFP4 on sm_90): the experts through mma_fp4,
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
-    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step. launch_args
+    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
+    splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1). launch_args
     shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -286,7 +288,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     else:
         t.update(BN=64, BK=256)
     if mma:
-        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, BKX=256, BKD=128)
+        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
+                 BKX=256, BKD=128)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -312,10 +315,12 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
 
 
 def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
-    """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks by whole loop
-    steps (the tensors' alignment is the plan's: K2Plan.experts_aligned)."""
-    return (inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"]) == 0
-            and inter % (128 * b["KUD"]) == 0)
+    """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks (experts_up's
+    split over KSX warp groups) by whole loop steps (the tensors' alignment is the plan's:
+    K2Plan.experts_aligned)."""
+    ksx = b.get("KSX", 1)
+    return (inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"] * ksx) == 0
+            and inter % (128 * b["KUD"]) == 0 and b["num_warps"] % ksx == 0)
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
@@ -327,6 +332,10 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
+    if b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
+        b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
+        while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
+            b["KUX"] //= 2
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
@@ -475,6 +484,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
+            KSX=b.get("KSX", 1),
             TRACE=self.trace is not None,
         )
         return args, meta

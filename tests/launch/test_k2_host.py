@@ -194,3 +194,16 @@ def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
     got = trace_summary(t)
     assert list(got) == list(entries)  # no "reduce"
     assert got["seam"] == (5.0, 1.0) and got["experts_down"] == (60.0, 1.0) and got["latent_up"] == (25.0, 1.0)
+
+
+@pytest.mark.parametrize("ksx,bi,kux", [(1, 128, 2), (2, 64, 2), (4, 32, 1)])
+def test_experts_up_k_split_tiles(ksx, bi, kux):
+    """KSX warp groups split experts_up's K: a warp keeps its 16 rows a tile, so an item
+    has 1/KSX of the rows (more items where few experts are routed), and each group's K
+    share must be whole loop steps (KUX shrinks to fit: 28 k-blocks at L 3584)."""
+    t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx)
+    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (b["MMA"], b["BI"], b["KUX"]) == (1, bi, kux)
+    # 7 k-blocks a group at KSX 4 cannot split 8 ways: the dot_scaled tiles instead
+    assert host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+                          mma=True)["MMA"] == 0

@@ -59,6 +59,12 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
 
 
 @triton.jit
+def _group_sum(v, G: tl.constexpr):
+    """[NT] per-thread partials of G warp groups (group-major) summed: [NT / G]."""
+    return tl.sum(tl.reshape(v, (G, v.shape[0] // G)), axis=0)
+
+
+@triton.jit
 def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP: tl.constexpr,
            TRACE: tl.constexpr):
     """A persistent launch enters `phase`: the fault-injection hold, and (TRACE) this
@@ -119,7 +125,7 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
-    TRACE: tl.constexpr = False,
+    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -136,6 +142,17 @@ def k2_kernel(
         qg = (tq % 32) // 4
         qc = tq % 4
         qrow = (tq // 32) * 16 + qg  # row g of the warp's first 16-row tile
+        # experts_up may split K over KSX warp groups (more, smaller items where few
+        # experts are routed): a warp's rows within its group, the group's first k-block,
+        # and (tr) the thread map of the group-summed [NT / KSX] results
+        if KSX == 1:
+            qup, qkb, qrow_r, qc_r = qrow, 0, qrow, qc
+        else:
+            qup = ((tq // 32) % (NT // 32 // KSX)) * 16 + qg
+            qkb = (tq // 32 // (NT // 32 // KSX)) * (L // 128 // KSX)
+            tr = tl.arange(0, NT // KSX)
+            qrow_r = (tr // 32) * 16 + (tr % 32) // 4
+            qc_r = tr % 4
     if TP > 1:
         # this launch's epoch: the parity slot of the partials and the ready tag
         epoch = tl.load(sync_ptr + EPOCH)
@@ -268,15 +285,19 @@ def k2_kernel(
             i0 = (item % (I // BI)) * BI
             e = nth_expert(ids, first, number, n).to(tl.int64)
             ri = i0 + tl.arange(0, BI)
-            if MMA:  # BI = 16 x warps: a warp's 16 gate rows and the same 16 up rows
-                gr = i0 + qrow
+            if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
+                gr = i0 + qup
                 gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                      gr, gr + I_UP, L, NT, KUX, 1)
+                                      gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb)
+                if KSX > 1:
+                    gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
+                          _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
+                          _group_sum(gu[6], KSX), _group_sum(gu[7], KSX))
                 for h in tl.static_range(2):  # rows g, g + 8
                     for j in tl.static_range(2):  # x rows 2c, 2c + 1
                         act = _situ(gu[2 * h + j], gu[4 + 2 * h + j], BETA, LBETA).to(tl.bfloat16)
-                        tok = 2 * qc + j
-                        tl.store(act_ptr + (n * XR + tok) * I + gr + 8 * h, act, mask=tok < M)
+                        tok = 2 * qc_r + j
+                        tl.store(act_ptr + (n * XR + tok) * I + (i0 + qrow_r) + 8 * h, act, mask=tok < M)
             elif XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
                 for u0 in range(0, user_count(ids, keep, e), XU):
                     urow, uok = user_rows(ids, keep, e, u0, XU, BM)
