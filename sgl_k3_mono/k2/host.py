@@ -323,6 +323,16 @@ def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
             and inter % (128 * b["KUD"]) == 0 and b["num_warps"] % ksx == 0)
 
 
+def _prefetch_bytes(b: dict, hidden: int, *, ptx: bool) -> int:
+    """PF (bytes a front weight row prefetched into L2 during the seam; 0: none) as the
+    kernel can take it: whole 16-byte pieces, one a thread over the BN rows of a tile,
+    within the row (H bf16). Only where the PTX runs (sm_90, not the interpreter)."""
+    if not ptx or not b.get("PF"):
+        return 0
+    piece = 16 * max(32 * b["num_warps"] // b["BN"], 1)
+    return min(int(b["PF"]), 2 * hidden) // piece * piece
+
+
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
               mma: bool = False) -> dict:
     """Tiles a model's widths can take: the dense output tile BN must divide every
@@ -447,6 +457,9 @@ class K2Launch:
         if b.get("MMA") and not mma_aligned(ex):  # the plan was decided for other tensors: refuse, never fault
             raise ValueError(f"K2Launch: layer {layer}'s MXFP4 expert tensors are off the 16-byte alignment "
                              "its plan was built for (K2Plan.experts_aligned)")
+        front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
+        b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
+                                  and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         self.tiles_used = b
         m = attn_out.shape[0]
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
@@ -484,7 +497,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
-            KSX=b.get("KSX", 1),
+            KSX=b.get("KSX", 1), PF=b["PF"],
             TRACE=self.trace is not None,
         )
         return args, meta

@@ -207,3 +207,16 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
     # 7 k-blocks a group at KSX 4 cannot split 8 ways: the dot_scaled tiles instead
     assert host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                           mma=True)["MMA"] == 0
+
+
+def test_front_prefetch_bytes_fit_the_threads_and_the_row():
+    """PF (tile option, off by default): bytes of each front weight row asked into L2
+    during the seam, cut into one 16-byte multiple a thread; never past the row, and none
+    where no PTX runs (HIP, the interpreter)."""
+    t = dict(host.default_tiles(8, mxfp4=True, mma=True), PF=5000)  # BN 64, 8 warps: 4 pieces a row
+    assert host._prefetch_bytes(t, 7168, ptx=True) == 4992
+    assert host._prefetch_bytes(dict(t, PF=10 ** 6), 7168, ptx=True) == 14336
+    assert host._prefetch_bytes(t, 7168, ptx=False) == 0
+    one = dict(host.default_tiles(1, mxfp4=True, mma=True), PF=5000)  # BN 16: 16 pieces a row
+    assert host._prefetch_bytes(one, 7168, ptx=True) == 4864
+    assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0

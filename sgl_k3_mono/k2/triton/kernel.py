@@ -37,6 +37,7 @@ import triton.language as tl
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
+from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
@@ -125,7 +126,7 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
-    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False,
+    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -180,6 +181,15 @@ def k2_kernel(
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
             _enter(1, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+            if PF > 0:  # HBM is idle through the seam: the head of this program's first front tile into L2
+                if pid < (S2 + E + L) // BN:
+                    n0 = pid * BN
+                    if n0 < S2:
+                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BN, PF, NT)
+                    elif n0 < S2 + E:
+                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BN, PF, NT)
+                    else:
+                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BN, PF, NT)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
