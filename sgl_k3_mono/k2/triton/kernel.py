@@ -185,11 +185,11 @@ def k2_kernel(
                 if pid < (S2 + E + L) // BN:
                     n0 = pid * BN
                     if n0 < S2:
-                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BN, PF, NT)
+                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BN, BN, PF, NT)
                     elif n0 < S2 + E:
-                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BN, PF, NT)
+                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BN, BN, PF, NT)
                     else:
-                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BN, PF, NT)
+                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BN, BN, PF, NT)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
