@@ -19,7 +19,7 @@ case "${1:-}" in
     ( timeout 120 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases --trace 2>&1 \
         | grep -E "K2BENCH|K2TRACE|device|Error" ) | tee "$OUT/k2-trace.log"
     ( timeout 200 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases --block KSX=2 \
-        --block KSX=4 --block PF=4096 --block PF=14336 --block KSX=2,PF=14336 2>&1 | grep -E "K2BENCH|Error" ) \
+        --block KSX=4 --block num_warps=16,KSX=2 --block PF=4096 --block PF=14336 --block KSX=2,PF=14336 2>&1 | grep -E "K2BENCH|Error" ) \
         | tee "$OUT/k2-sweep.log"
     for pf in 0 4096 14336; do
       ( timeout 60 python3 -m sgl_k3_mono.k1.bench --modes decode --no-phases --prefetch $pf 2>&1 | tail -5 ) \
