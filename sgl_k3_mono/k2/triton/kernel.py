@@ -448,9 +448,11 @@ def k2_kernel(
             _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
-        for tile in range(pid, L // BL, nprog):
-            rl = tile * BL + tl.arange(0, BL)
-            acc = tl.zeros((BM, BL), tl.float32)
+        # its own tile width: the experts' BL (256 with mma_fp4) left 14 programs at work
+        BC: tl.constexpr = 64 if BL > 64 else BL
+        for tile in range(pid, L // BC, nprog):
+            rl = tile * BC + tl.arange(0, BC)
+            acc = tl.zeros((BM, BC), tl.float32)
             for k in tl.static_range(TOPK):
                 wk = tl.sum(tl.where(kc[None, :] == k, wts, 0.0), axis=1)
                 yk = tl.load(y_ptr + (rm * TOPK + k)[:, None] * L + rl[None, :], mask=rm[:, None] < M, other=0.0)
