@@ -325,11 +325,11 @@ def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
 
 def _prefetch_bytes(b: dict, hidden: int, *, ptx: bool) -> int:
     """PF (bytes a front weight row prefetched into L2 during the seam; 0: none) as the
-    kernel can take it: whole 16-byte pieces, one a thread over the BN rows of a tile,
+    kernel can take it: whole 16-byte pieces, one a thread over the BNF rows of a tile,
     within the row (H bf16). Only where the PTX runs (sm_90, not the interpreter)."""
     if not ptx or not b.get("PF"):
         return 0
-    piece = 16 * max(32 * b["num_warps"] // b["BN"], 1)
+    piece = 16 * max(32 * b["num_warps"] // b.get("BNF", b["BN"]), 1)
     return min(int(b["PF"]), 2 * hidden) // piece * piece
 
 
@@ -350,6 +350,11 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
+    # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at
+    # a TP-8 rank, fewer than the 132 SMs
+    b["BNF"] = b.get("BNF") or b["BN"]
+    while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
+        b["BNF"] //= 2
     if not b.get("MMA"):
         while b["BI"] > 16 and inter % b["BI"]:
             b["BI"] //= 2
@@ -497,7 +502,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
-            KSX=b.get("KSX", 1), PF=b["PF"],
+            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"],
             TRACE=self.trace is not None,
         )
         return args, meta

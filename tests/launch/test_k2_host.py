@@ -220,3 +220,14 @@ def test_front_prefetch_bytes_fit_the_threads_and_the_row():
     one = dict(host.default_tiles(1, mxfp4=True, mma=True), PF=5000)  # BN 16: 16 pieces a row
     assert host._prefetch_bytes(one, 7168, ptx=True) == 4864
     assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
+
+
+def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
+    """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
+    SMs): BN unless set, and halved until it divides S2, E and L."""
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b, **kw: host.fit_tiles(b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584,  # noqa: E731
+                                                       inter=384, mma=True), **kw})
+    assert fit(t)["BNF"] == fit(t)["BN"] == 64
+    assert fit(dict(t, BNF=16))["BNF"] == 16
+    assert fit(dict(t, BNF=64), experts=48)["BNF"] == 16  # E 48 = 3 x 16

@@ -126,7 +126,7 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
-    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0,
+    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -182,14 +182,14 @@ def k2_kernel(
         if PERSISTENT:
             _enter(1, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if PF > 0:  # HBM is idle through the seam: the head of this program's first front tile into L2
-                if pid < (S2 + E + L) // BN:
-                    n0 = pid * BN
+                if pid < (S2 + E + L) // BNF:
+                    n0 = pid * BNF
                     if n0 < S2:
-                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BN, BN, PF, NT)
+                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BNF, BNF, PF, NT)
                     elif n0 < S2 + E:
-                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BN, BN, PF, NT)
+                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BNF, BNF, PF, NT)
                     else:
-                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BN, BN, PF, NT)
+                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BNF, BNF, PF, NT)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
@@ -239,22 +239,22 @@ def k2_kernel(
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
             _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        for tile in range(pid, (S2 + E + L) // BN, nprog):
-            n0 = tile * BN
-            acc = tl.zeros((BM, BN), tl.float32)
-            rn = tl.arange(0, BN)
+        for tile in range(pid, (S2 + E + L) // BNF, nprog):
+            n0 = tile * BNF
+            acc = tl.zeros((BM, BNF), tl.float32)
+            rn = tl.arange(0, BNF)
             if n0 < S2:
-                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
             elif n0 < S2 + E:
-                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
-                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
