@@ -352,6 +352,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BN"] //= 2
     # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at
     # a TP-8 rank, fewer than the 132 SMs
+    # rows an o_proj / latent_up tile owns within its BN-row register tile (default BN)
+    b["BNH"] = min(b.get("BNH") or b["BN"], b["BN"])
     b["BNF"] = b.get("BNF") or b["BN"]
     while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
         b["BNF"] //= 2
@@ -502,7 +504,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
-            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"],
+            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"],
             TRACE=self.trace is not None,
         )
         return args, meta

@@ -231,3 +231,14 @@ def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
     assert fit(t)["BNF"] == fit(t)["BN"] == 64
     assert fit(dict(t, BNF=16))["BNF"] == 16
     assert fit(dict(t, BNF=64), experts=48)["BNF"] == 16  # E 48 = 3 x 16
+
+
+def test_h_tile_rows_default_to_bn_and_never_exceed_it():
+    """BNH: rows an o_proj / latent_up tile owns in its BN-row register tile (56 of 64
+    make 128 tiles of H 7168, one an SM, where 64 make 112)."""
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b: host.fit_tiles(b, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,  # noqa: E731
+                                   mma=True)
+    assert fit(t)["BNH"] == fit(t)["BN"] == 64
+    assert fit(dict(t, BNH=56))["BNH"] == 56 and -(-7168 // 56) == 128
+    assert fit(dict(t, BNH=100))["BNH"] == 64

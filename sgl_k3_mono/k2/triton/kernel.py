@@ -60,6 +60,27 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
 
 
 @triton.jit
+def _h_tile(tile, H: tl.constexpr, BN: tl.constexpr, BNH: tl.constexpr):
+    """Rows n0 .. nend - 1 of H that tile `tile` of o_proj / latent_up owns: BNH rows in a
+    BN-row register tile (BNH < BN: 56 rows make 128 tiles of H 7168, one an SM, where 64
+    make 112; the extra register rows are masked off, so never loaded)."""
+    n0 = tile * BNH
+    if BNH == BN:
+        nend = H
+    else:
+        nend = tl.minimum(n0 + BNH, H)
+    return n0, nend
+
+
+@triton.jit
+def _h_mask(rm, M, rn, nend, BN: tl.constexpr, BNH: tl.constexpr):
+    if BNH == BN:
+        return rm[:, None] < M
+    else:
+        return (rm[:, None] < M) & (rn[None, :] < nend)
+
+
+@triton.jit
 def _group_sum(v, G: tl.constexpr):
     """[NT] per-thread partials of G warp groups (group-major) summed: [NT / G]."""
     return tl.sum(tl.reshape(v, (G, v.shape[0] // G)), axis=0)
@@ -127,10 +148,12 @@ def k2_kernel(
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
+    BNH: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     PERSISTENT: tl.constexpr = PHASE < 0
+    NHT: tl.constexpr = (H + BNH - 1) // BNH  # o_proj / latent_up tiles over H
     # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
     SCALED: tl.constexpr = MXFP4 and not EXPERT_GEMV
     t0 = 0
@@ -165,11 +188,12 @@ def k2_kernel(
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
             _enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        for tile in range(pid, H // BN, nprog):
-            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
+        for tile in range(pid, NHT, nprog):  # BNH rows a tile (BN: the register tile)
+            n0, nend = _h_tile(tile, H, BN, BNH)
+            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
-            rn = tile * BN + tl.arange(0, BN)
-            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+            rn = n0 + tl.arange(0, BN)
+            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=_h_mask(rm, M, rn, nend, BN, BNH))
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
@@ -490,7 +514,7 @@ def k2_kernel(
         # projection then loads it like any bf16 operand (computed in registers inside the
         # K loop, it crossed shared memory into the tensor-core layout every K step)
         xn_ptr = xnorm_ptr + pid * M * L
-        if pid < H // BN:
+        if pid < NHT:
             ssq = tl.zeros((BM,), tl.float32)
             for k0 in range(0, L, BK):
                 rk = k0 + tl.arange(0, BK)
@@ -507,11 +531,12 @@ def k2_kernel(
                 tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
                          mask=km)
             tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
-        for tile in range(pid, H // BN, nprog):
-            rn = tile * BN + tl.arange(0, BN)
-            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, tile * BN, H, L, tl.zeros((BM, BN), tl.float32),
+        for tile in range(pid, NHT, nprog):
+            n0, nend = _h_tile(tile, H, BN, BNH)
+            rn = n0 + tl.arange(0, BN)
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
-            msk = rm[:, None] < M
+            msk = _h_mask(rm, M, rn, nend, BN, BNH)
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
             x = (out + shared.to(tl.float32)).to(tl.bfloat16).to(tl.float32)
