@@ -193,7 +193,8 @@ def k2_kernel(
             acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
             rn = n0 + tl.arange(0, BN)
-            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=_h_mask(rm, M, rn, nend, BN, BNH))
+            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16),
+                     mask=_h_mask(rm, M, rn, nend, BN, BNH))
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
