@@ -121,9 +121,11 @@ class K2Plan:
 
     @property
     def mma_experts(self) -> bool:
-        """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range, tensors
-        aligned); the tiles still have to fit the widths (fit_tiles)."""
-        return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
+        """The MXFP4 experts run through mma_fp4: sm_90, scales in range, tensors aligned,
+        and the default mma tiles fit the widths. Decided here, so a plan that cannot take
+        them gets the tiles measured for its other path (default_tiles), not mma's 8 warps."""
+        return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
+                and mma_fits(default_tiles(self.rows, True, mma=True), latent=self.latent, inter=self.inter))
 
 
 def experts_scale_max(layers) -> int:

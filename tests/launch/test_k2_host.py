@@ -83,6 +83,10 @@ def test_mma_experts_need_sm90_mxfp4_and_scales_in_range():
     assert not _plan(scale_max=129).mma_experts
     assert not _plan(isa="gfx950").mma_experts
     assert not _plan(mxfp4=False).mma_experts
+    # widths the mma tiles do not divide (k3-tiny: L 128 under one 256-row down item): the
+    # plan's own tiles are then the other path's (4 warps), not mma's 8
+    assert not _plan(latent=128, inter=128).mma_experts
+    assert host.K2Launch.build(_plan(latent=128, inter=128), "cpu", hip=False).block["num_warps"] == 4
 
 
 def _experts(latent, inter, n=4, offset=0):

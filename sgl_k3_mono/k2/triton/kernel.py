@@ -440,28 +440,11 @@ def k2_kernel(
                              mask=has[:, None])
             else:
                 n0 = (item - n_routed) * BN
-                acc = tl.zeros((BM, BN), tl.float32)
                 rn = n0 + tl.arange(0, BN)
-                # K chunks of BKD: the measured tiles date from when the SiTU ran here
-                if DENSE_GEMV:
-                    r3 = rm[:, None, None]
-                    n3 = rn[None, :, None]
-                    part = tl.zeros((BM, BN, BK), tl.float32)
-                    for k0 in tl.range(0, S2 // 2, BK, num_stages=STAGES):
-                        k3 = k0 + tl.arange(0, BK)[None, None, :]
-                        msk = (r3 < M) & (k3 < S2 // 2)
-                        a = tl.load(sact_ptr + r3 * (S2 // 2) + k3, mask=msk, other=0.0).to(tl.float32)
-                        w = tl.load(wsd_ptr + n3 * s_wsd + k3, mask=k3 < S2 // 2, other=0.0).to(tl.float32)
-                        part += a * w
-                    acc += tl.sum(part, axis=2)
-                else:
-                    for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
-                        rk = k0 + tl.arange(0, BKD)
-                        msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
-                        a = tl.load(sact_ptr + rm[:, None] * (S2 // 2) + rk[None, :], mask=msk, other=0.0)
-                        w = tl.load(wsd_ptr + rn[:, None] * s_wsd + rk[None, :], mask=rk[None, :] < S2 // 2,
-                                    other=0.0)
-                        acc = tl.dot(a, tl.trans(w), acc)
+                # the shared down over sact (the routing phase's SiTU); tensor-core K chunks
+                # of BKD, the tile measured when the SiTU still ran here
+                acc = dot_bf16(sact_ptr, S2 // 2, M, wsd_ptr, s_wsd, n0, H, S2 // 2, tl.zeros((BM, BN), tl.float32),
+                               BM, BN, BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
