@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--block-k", type=int, default=None)
     ap.add_argument("--stages", type=int, default=None)
+    ap.add_argument("--prefetch", type=int, default=None,
+                    help="K1Plan.prefetch: bytes of each in-projection row asked into L2 during the seam")
     ap.add_argument("--config", default="kimi-k3")
     ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
     ap.add_argument("--seam-single", action="store_true",
@@ -219,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dims = K3Dims.from_config(load_text_config(args.config), tp=8)
     grid = torch.cuda.get_device_properties(0).multi_processor_count
-    tiles = {k: v for k, v in (("block_k", args.block_k), ("num_stages", args.stages)) if v is not None}
+    tiles = {k: v for k, v in (("block_k", args.block_k), ("num_stages", args.stages),
+                                ("prefetch", args.prefetch)) if v is not None}
     if args.seam_single:
         tiles["seam_split"] = False
     op, why = sglang_kda()
@@ -246,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             cx = layers[0].plan.constexprs()
             print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
-                  f"stages={cx['NUM_STAGES']} NV={cx['NV']}", flush=True)
+                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']}", flush=True)
             del layers
             torch.cuda.empty_cache()
     return 0

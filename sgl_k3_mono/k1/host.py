@@ -114,6 +114,10 @@ class K1Plan:
     seam_split: bool = True
     """Spread each row's seam over several programs (one H-slice each; kernel.py's split
     seam) where M * slices fits the grid; False: one program walks each row."""
+    prefetch: int = 0
+    """Bytes of each in-projection weight row of a program's first tile asked into L2 as
+    the launch starts, while the seam keeps HBM idle (sm_90 PTX; 0: none). Fitted to
+    whole 16-byte pieces, one a thread, within the row."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -191,6 +195,15 @@ class K1Plan:
                 return bs
         return 0
 
+    @property
+    def prefetch_bytes(self) -> int:
+        """`prefetch` as the kernel takes it: whole 16-byte pieces (BN rows over the
+        program's threads), at most a row (H bf16)."""
+        if self.prefetch <= 0:
+            return 0
+        piece = 16 * max(32 * self.num_warps // _next_pow2(self.row_tile), 1)
+        return min(self.prefetch, 2 * self.hidden) // piece * piece
+
     def constexprs(self) -> dict:
         bn_eff = self.row_tile
         bs = self.seam_slice
@@ -200,6 +213,7 @@ class K1Plan:
             BLOCK_H=min(1024, _next_pow2(self.hidden)), NBP=_next_pow2(self.bank_rows + 1),
             ROUND_MIX=self.isa == "sm_90", SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             BN=_next_pow2(bn_eff), BN_EFF=bn_eff, BK=self.block_k, NUM_STAGES=self.num_stages,
+            PF=self.prefetch_bytes, NT=32 * self.num_warps,
             NV=self.v_split, BV=self.v_block, VERIFY=self.mode == "verify",
             HAS_LB=self.lower_bound is not None,
             LB=float(self.lower_bound) if self.lower_bound is not None else 0.0,
@@ -444,6 +458,9 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
         plan.rows,
     )
     flags = dict(HAS_CONTRIB=io.contribution is not None, WRITE_BANK=bool(io.write), WRITE_RESID=write_resid)
+    if cx["PF"] and (torch.version.hip is not None or os.environ.get("TRITON_INTERPRET") == "1" or any(
+            t.data_ptr() % 16 or t.stride(0) % 8 for t in (views.qkvg, views.f_a, views.b))):
+        cx["PF"] = 0  # the bulk prefetch is sm_90 PTX on 16-byte rows
     return args, dict(**cx, **flags, num_warps=plan.num_warps)
 
 

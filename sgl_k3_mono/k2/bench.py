@@ -17,6 +17,7 @@ TP 1 on one GPU: no all-reduce on either side.
 from __future__ import annotations
 
 import argparse
+import statistics
 from typing import Callable, Optional
 
 import torch
@@ -94,9 +95,42 @@ def standard_path(w, *, top_k: int):
     return run
 
 
+def trace_summary(t: torch.Tensor) -> dict:
+    """One launch's trace ([grid, TRACE_SLOTS] ns; -1 where a phase did not run) as
+    {phase: (us from the median program's entry to the median entry into the next phase
+    that ran, us between the first and the last program's entry)}."""
+    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_EXIT
+
+    ran = [i for i in range(len(PHASES)) if bool((t[:, i] >= 0).all())] + [TRACE_EXIT.value]
+    med = {i: float(t[:, i].double().median()) for i in ran}
+    return {PHASES[a]: ((med[b] - med[a]) / 1e3, float(t[:, a].max() - t[:, a].min()) / 1e3)
+            for a, b in zip(ran, ran[1:])}
+
+
+def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
+    """In-launch phase profile: the persistent launch writes every program's entry time
+    into each phase (K2Launch.trace); trace_summary of each of `runs` eager launches,
+    medians per phase (barrier exits are close together, so the median program's entry
+    is where the grid stands)."""
+    from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
+
+    launch.trace = torch.full((launch.plan.grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
+    try:
+        runs_ = []
+        for _ in range(runs):
+            launch.trace.fill_(-1)
+            run_once()
+            torch.cuda.synchronize()
+            runs_.append(trace_summary(launch.trace.cpu()))
+    finally:
+        launch.trace = None
+    return {p: tuple(statistics.median(r[p][i] for r in runs_) for i in range(2)) for p in runs_[0]}
+
+
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
-        block: Optional[dict] = None, per_sm: int = 1) -> list[dict]:
+        block: Optional[dict] = None, per_sm: int = 1, trace: bool = False) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
+    `trace`: also the in-launch phase profile (phase_trace).
     `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
     build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
@@ -136,6 +170,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 for p in range(len(PHASES)):
                     per_phase.append(_graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out, phase=p),
                                                     iters=100, reps=3))
+            traced = phase_trace(launch, lambda: launch(rw, attn, bank, nvb, prefix, out)) if trace else {}
             touched = int(torch.unique(launch.scratch.ids).numel())
             lb = k2_bytes(d8, 13, m, fmt, 1536)
             expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
@@ -146,7 +181,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 std_run, std_out = standard_path(rw, top_k=16), torch.empty_like(out)
                 std = _graph_time_us(lambda: std_run(attn, bank, nvb, prefix, std_out))
             r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, floor_us=floor_us, touched=touched,
-                     bytes=floor_bytes, phases_us=per_phase)
+                     bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
             std_s = f"{std:9.1f}" if std else "      n/a"
             sp = f"{std / ours:6.2f}x" if std else "    n/a"
@@ -155,6 +190,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                   f"bw_frac={floor_us / ours:5.2f} speedup={sp} experts="
                   f"{'mma' if launch.tiles_used.get('MMA') else 'dot'} phases=" + "/".join(f"{t:.1f}" for t in per_phase),
                   flush=True)
+            if traced:
+                print(f"K2TRACE {fmt:5s} M={m} in-launch us (entry spread us): " + " ".join(
+                    f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced.items()) +
+                    f" sum={sum(d for d, _ in traced.values()):.1f}", flush=True)
     return results
 
 
@@ -166,12 +205,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--block", action="append", default=[],
                     help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
     ap.add_argument("--per-sm", type=int, default=1, help="persistent programs an SM (experiment)")
+    ap.add_argument("--trace", action="store_true", help="also the in-launch phase profile (eager launches)")
     a = ap.parse_args(argv)
     for spec in a.block or [""]:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
-            block=block, per_sm=a.per_sm)
+            block=block, per_sm=a.per_sm, trace=a.trace)
     return 0
 
 

@@ -121,9 +121,11 @@ class K2Plan:
 
     @property
     def mma_experts(self) -> bool:
-        """The MXFP4 experts can run through mma_fp4 (sm_90, scales in range, tensors
-        aligned); the tiles still have to fit the widths (fit_tiles)."""
-        return self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
+        """The MXFP4 experts run through mma_fp4: sm_90, scales in range, tensors aligned,
+        and the default mma tiles fit the widths. Decided here, so a plan that cannot take
+        them gets the tiles measured for its other path (default_tiles), not mma's 8 warps."""
+        return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
+                and mma_fits(default_tiles(self.rows, True, mma=True), latent=self.latent, inter=self.inter))
 
 
 def experts_scale_max(layers) -> int:
@@ -236,6 +238,9 @@ class K2Scratch:
     y: torch.Tensor
     shared_act: torch.Tensor
     """[M, S2/2] bf16: the shared experts' SiTU(gate, up), written by the routing phase."""
+    latent_normed: torch.Tensor
+    """[grid, M, L] bf16: each program's own copy of the normed latent (the up projection's
+    operand; a copy a program, so no grid barrier sits between the norm and the GEMM)."""
     part2: torch.Tensor
     sync: torch.Tensor
 
@@ -251,6 +256,7 @@ class K2Scratch:
             owner=torch.empty(plan.experts, dtype=torch.int32, device=device),
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
             shared_act=torch.empty(m, plan.shared2 // 2, **bf),
+            latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -271,7 +277,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each expert computes only the rows that route it, that many at a time, instead of
     every row (0: every row). `mma` (MMA, MXFP4 on sm_90): the experts through mma_fp4,
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
-    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step. launch_args
+    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
+    splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1). launch_args
     shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -282,7 +290,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     else:
         t.update(BN=64, BK=256)
     if mma:
-        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, BKX=256, BKD=128)
+        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
+                 BKX=256, BKD=128)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -308,10 +317,22 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
 
 
 def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
-    """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks by whole loop
-    steps (the tensors' alignment is the plan's: K2Plan.experts_aligned)."""
-    return (inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"]) == 0
-            and inter % (128 * b["KUD"]) == 0)
+    """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks (experts_up's
+    split over KSX warp groups) by whole loop steps (the tensors' alignment is the plan's:
+    K2Plan.experts_aligned)."""
+    ksx = b.get("KSX", 1)
+    return (inter % b["BI"] == 0 and latent % b["BL"] == 0 and latent % (128 * b["KUX"] * ksx) == 0
+            and inter % (128 * b["KUD"]) == 0 and b["num_warps"] % ksx == 0)
+
+
+def _prefetch_bytes(b: dict, hidden: int, *, ptx: bool) -> int:
+    """PF (bytes a front weight row prefetched into L2 during the seam; 0: none) as the
+    kernel can take it: whole 16-byte pieces, one a thread over the BNF rows of a tile,
+    within the row (H bf16). Only where the PTX runs (sm_90, not the interpreter)."""
+    if not ptx or not b.get("PF"):
+        return 0
+    piece = 16 * max(32 * b["num_warps"] // b.get("BNF", b["BN"]), 1)
+    return min(int(b["PF"]), 2 * hidden) // piece * piece
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
@@ -323,10 +344,21 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
+    if b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
+        b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
+        while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
+            b["KUX"] //= 2
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
+    # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at
+    # a TP-8 rank, fewer than the 132 SMs
+    # rows an o_proj / latent_up tile owns within its BN-row register tile (default BN)
+    b["BNH"] = min(b.get("BNH") or b["BN"], b["BN"])
+    b["BNF"] = b.get("BNF") or b["BN"]
+    while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
+        b["BNF"] //= 2
     if not b.get("MMA"):
         while b["BI"] > 16 and inter % b["BI"]:
             b["BI"] //= 2
@@ -354,6 +386,9 @@ class K2Launch:
     """TP > 1: the symmetric buffers of the in-launch reduces (see K2Peers)."""
     red: Optional[torch.Tensor] = None
     """TP > 1: [M, L + H] bf16, the reduced [latent | shared] of this rank."""
+    trace: Optional[torch.Tensor] = None
+    """[grid, TRACE_SLOTS] int64, or None: where a persistent launch writes each program's
+    phase entry times (the benchmark's in-launch phase profile; the served build has none)."""
 
     @classmethod
     def build(cls, plan: K2Plan, device, *, deadline_s: float = 60.0, rank: int = 0,
@@ -431,6 +466,9 @@ class K2Launch:
         if b.get("MMA") and not mma_aligned(ex):  # the plan was decided for other tensors: refuse, never fault
             raise ValueError(f"K2Launch: layer {layer}'s MXFP4 expert tensors are off the 16-byte alignment "
                              "its plan was built for (K2Plan.experts_aligned)")
+        front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
+        b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
+                                  and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         self.tiles_used = b
         m = attn_out.shape[0]
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
@@ -452,8 +490,9 @@ class K2Launch:
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
-            s.shared_act, *self._partials2(), out, *self._peer_args(),
+            s.shared_act, s.latent_normed, *self._partials2(), out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
+            self.trace if self.trace is not None else s.sync,
         )
         meta = dict(
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
@@ -467,6 +506,8 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
+            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"],
+            TRACE=self.trace is not None,
         )
         return args, meta
 

@@ -59,6 +59,8 @@ class Case:
     """run_k1's device code under test ("flydsl": tests/launch/test_k1_flydsl.py, gfx950)."""
     seam_split: bool = True
     """K1Plan.seam_split: the seam spread over several programs a row (False: one a row)."""
+    prefetch: int = 0
+    """K1Plan.prefetch: bytes of each in-projection row asked into L2 during the seam."""
 
 
 def _rand_state(case: Case, lw, n_slots: int, g: torch.Generator):
@@ -124,7 +126,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
     views_cpu = K1Views.from_local(lw)
     views = K1Views.from_local(_shard_to(lw, device))
     plan = K1Plan.for_weights(views, case.rows, case.mode, bank_rows=NB, tp=case.tp, rank=case.rank,
-                              isa=case.isa, grid=case.grid, seam_split=case.seam_split)
+                              isa=case.isa, grid=case.grid, seam_split=case.seam_split, prefetch=case.prefetch)
     scratch = K1Scratch.allocate(plan, device)
     m = case.rows
     n_slots = m + 3

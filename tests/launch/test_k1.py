@@ -68,6 +68,9 @@ GPU_CASES = [
     *[Case(f"TP8 shapes verify M={m}", **REAL, rows=m, mode="verify", nvb=(m + 3) % 8, seed=40 + m)
       for m in range(1, 9)],
     Case("TP8 shapes decode M=8 block write", **REAL, rows=8, nvb=7, write=True, seed=50),
+    Case("TP8 shapes decode M=2, in-projection prefetch", **REAL, rows=2, nvb=3, seed=53, prefetch=4096),
+    Case("TP8 shapes verify M=4, in-projection prefetch", **REAL, rows=4, mode="verify", nvb=2, seed=54,
+         prefetch=14336),
     Case("TP8 rank 5 of the full layer, decode M=4", **FULL, rows=4, tp=8, rank=5, nvb=2, seed=51),
     Case("TP8 rank 7 of the full layer, verify M=8", **FULL, rows=8, mode="verify", tp=8, rank=7, nvb=4, seed=52),
 ]
@@ -261,3 +264,22 @@ def test_kda_part_vs_sglang_kda_fused_decode(rows):
     assert not violations("k1.attn_out", mo), (mo, violations("k1.attn_out", mo))
     assert not violations("k1.ssm_state", ms), (ms, violations("k1.ssm_state", ms))
     assert torch.equal(io.conv_pool[used], conv_run[used])
+
+
+@pytest.mark.parametrize("rows", [1, 8])
+def test_in_projection_prefetch_bytes_fit_the_threads_and_the_row(rows):
+    """K1Plan.prefetch (off by default): the bytes of each in-projection row of a
+    program's first tile asked into L2 during the seam, whole 16-byte pieces a thread
+    over the tile's rows, never past the row (H bf16)."""
+    from sgl_k3_mono.configs import load_config
+    from sgl_k3_mono.dims import K3Dims
+    from sgl_k3_mono.k1.host import K1Plan
+
+    d = K3Dims.from_config(load_config("kimi-k3"), tp=8)
+    plan = K1Plan.from_dims(d, rows, "decode", grid=132)
+    assert plan.prefetch_bytes == 0 and plan.constexprs()["PF"] == 0
+    bn = 1 << (plan.row_tile - 1).bit_length()
+    piece = 16 * max(32 * plan.num_warps // bn, 1)
+    for want in (5000, 10 ** 6):
+        got = dataclasses.replace(plan, prefetch=want).prefetch_bytes
+        assert 0 < got <= min(want, 2 * d.hidden) and got % piece == 0, (want, got, piece)

@@ -35,6 +35,9 @@ CPU_CASES = [
     Case("k3-tiny", 8, "mxfp4", "sm_90", nvb=2, seed=9, tiles="EXPERT_GEMV=1,XU=1"),
     Case("k3-tiny", 6, "bf16", "sm_90", nvb=1, seed=10, tiles="EXPERT_GEMV=1,XU=2,MX4D=0"),
     Case("k3-tiny", 5, "mxfp4", "gfx950", nvb=1, tp=2, seed=11, tiles="EXPERT_GEMV=1,XU=2"),
+    # o_proj / latent_up tiles of BNH < BN rows (the last one ragged), the front's own BNF
+    Case("k3-tiny", 4, "mxfp4", "sm_90", nvb=2, seed=12, tiles="BNH=48,BNF=16"),
+    Case("k3-tiny", 3, "bf16", "sm_90", nvb=1, tp=2, seed=13, tiles="BNH=40"),
 ]
 
 
@@ -71,9 +74,15 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # the MXFP4 paths a plan takes when mma_fp4 cannot (scales above 2^1, widths that
              # do not fit): tl.dot_scaled, and the GEMV experts
              Case("k3-small", 4, "mxfp4", "sm_90", nvb=1, seed=41, tiles="MMA=0"),
-             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=42, tiles="MMA=0,EXPERT_GEMV=1")]
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=42, tiles="MMA=0,EXPERT_GEMV=1"),
+             # experts_up's K split over warp groups (a tile option, off by default)
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=43, tiles="KSX=2"),
+             Case("k3-small", 5, "mxfp4", "sm_90", nvb=3, seed=44, tiles="KSX=4"),
+             # the front's weights prefetched into L2 during the seam (a tile option, off by default)
+             Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
-             [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31)]
+             [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
+              Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56")]
 
 
 def _report(case, res):
@@ -85,7 +94,7 @@ def _report(case, res):
 
 def _mma_expected(case) -> bool:
     """sm_90 MXFP4 experts at default tiles run through mma_fp4 (every GPU shape here fits)."""
-    return case.fmt == "mxfp4" and case.isa == "sm_90" and not case.tiles and case.tp == 1
+    return case.fmt == "mxfp4" and case.isa == "sm_90" and "MMA=0" not in case.tiles and case.tp == 1
 
 
 @pytest.mark.gpu

@@ -83,6 +83,10 @@ def test_mma_experts_need_sm90_mxfp4_and_scales_in_range():
     assert not _plan(scale_max=129).mma_experts
     assert not _plan(isa="gfx950").mma_experts
     assert not _plan(mxfp4=False).mma_experts
+    # widths the mma tiles do not divide (k3-tiny: L 128 under one 256-row down item): the
+    # plan's own tiles are then the other path's (4 warps), not mma's 8
+    assert not _plan(latent=128, inter=128).mma_experts
+    assert host.K2Launch.build(_plan(latent=128, inter=128), "cpu", hip=False).block["num_warps"] == 4
 
 
 def _experts(latent, inter, n=4, offset=0):
@@ -175,3 +179,70 @@ def test_a_plan_refuses_weights_without_the_latent_norm():
     rw = dataclasses.replace(rw, moe=dataclasses.replace(rw.moe, latent_norm=None))
     with pytest.raises(ValueError, match="latent RMSNorm"):
         host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+
+
+def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
+    """The benchmark's in-launch profile: phases that did not run (reduce at TP 1) are
+    skipped, each phase ends at the next one's median entry, the last at the exit slot."""
+    import torch
+
+    from sgl_k3_mono.k2.bench import trace_summary
+    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_EXIT, TRACE_SLOTS
+
+    t = torch.full((3, TRACE_SLOTS.value), -1, dtype=torch.int64)
+    entries = {"o_proj": 0, "seam": 10_000, "front": 15_000, "route": 40_000, "experts_up": 45_000,
+               "experts_down": 90_000, "combine": 150_000, "latent_up": 155_000}
+    for p, ns in entries.items():
+        t[:, PHASES.index(p)] = torch.tensor([ns, ns + 200, ns + 1000])
+    t[:, TRACE_EXIT.value] = torch.tensor([180_000, 180_200, 181_000])
+    got = trace_summary(t)
+    assert list(got) == list(entries)  # no "reduce"
+    assert got["seam"] == (5.0, 1.0) and got["experts_down"] == (60.0, 1.0) and got["latent_up"] == (25.0, 1.0)
+
+
+@pytest.mark.parametrize("ksx,bi,kux", [(1, 128, 2), (2, 64, 2), (4, 32, 1)])
+def test_experts_up_k_split_tiles(ksx, bi, kux):
+    """KSX warp groups split experts_up's K: a warp keeps its 16 rows a tile, so an item
+    has 1/KSX of the rows (more items where few experts are routed), and each group's K
+    share must be whole loop steps (KUX shrinks to fit: 28 k-blocks at L 3584)."""
+    t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx)
+    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (b["MMA"], b["BI"], b["KUX"]) == (1, bi, kux)
+    # 7 k-blocks a group at KSX 4 cannot split 8 ways: the dot_scaled tiles instead
+    assert host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+                          mma=True)["MMA"] == 0
+
+
+def test_front_prefetch_bytes_fit_the_threads_and_the_row():
+    """PF (tile option, off by default): bytes of each front weight row asked into L2
+    during the seam, cut into one 16-byte multiple a thread; never past the row, and none
+    where no PTX runs (HIP, the interpreter)."""
+    t = dict(host.default_tiles(8, mxfp4=True, mma=True), PF=5000)  # BN 64, 8 warps: 4 pieces a row
+    assert host._prefetch_bytes(t, 7168, ptx=True) == 4992
+    assert host._prefetch_bytes(dict(t, PF=10 ** 6), 7168, ptx=True) == 14336
+    assert host._prefetch_bytes(t, 7168, ptx=False) == 0
+    one = dict(host.default_tiles(1, mxfp4=True, mma=True), PF=5000)  # BN 16: 16 pieces a row
+    assert host._prefetch_bytes(one, 7168, ptx=True) == 4864
+    assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
+
+
+def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
+    """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
+    SMs): BN unless set, and halved until it divides S2, E and L."""
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b, **kw: host.fit_tiles(b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584,  # noqa: E731
+                                                       inter=384, mma=True), **kw})
+    assert fit(t)["BNF"] == fit(t)["BN"] == 64
+    assert fit(dict(t, BNF=16))["BNF"] == 16
+    assert fit(dict(t, BNF=64), experts=48)["BNF"] == 16  # E 48 = 3 x 16
+
+
+def test_h_tile_rows_default_to_bn_and_never_exceed_it():
+    """BNH: rows an o_proj / latent_up tile owns in its BN-row register tile (56 of 64
+    make 128 tiles of H 7168, one an SM, where 64 make 112)."""
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b: host.fit_tiles(b, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,  # noqa: E731
+                                   mma=True)
+    assert fit(t)["BNH"] == fit(t)["BN"] == 64
+    assert fit(dict(t, BNH=56))["BNH"] == 56 and -(-7168 // 56) == 128
+    assert fit(dict(t, BNH=100))["BNH"] == 64

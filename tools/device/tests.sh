@@ -7,7 +7,7 @@
 set -u
 source tools/device/env.sh
 case "${1:-}" in
-  k2) t k2-gpu 240 tests/launch/test_k2.py -k gpu
+  k2) t k2-gpu 270 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k gpu
       t k2-tp2 150 tests/launch/test_k2_tp.py ;;
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
   forward) t forward-gpu 300 tests/forward/test_forward_gpu.py

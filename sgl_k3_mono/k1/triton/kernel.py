@@ -37,6 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns, wait_geq
 
 PHASES = ("seam", "in_proj", "kda")
@@ -297,6 +298,25 @@ def _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_w
                        H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
 
 
+@triton.jit
+def _prefetch_first_tile(pid, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, NQ: tl.constexpr, NF: tl.constexpr,
+                         NB: tl.constexpr, BN: tl.constexpr, BN_EFF: tl.constexpr, PF: tl.constexpr,
+                         NT: tl.constexpr):
+    """The first PF bytes of each row of the in-projection tile `pid` (the first one this
+    program takes; _phase_in_proj's tile order) into L2."""
+    TQ: tl.constexpr = (NQ + BN_EFF - 1) // BN_EFF
+    TF: tl.constexpr = (NF + BN_EFF - 1) // BN_EFF
+    TB: tl.constexpr = (NB + BN_EFF - 1) // BN_EFF
+    if pid < TQ:
+        l2_prefetch_rows(wq_ptr + pid * BN_EFF * s_wq, s_wq * 2, tl.minimum(BN_EFF, NQ - pid * BN_EFF), BN, PF, NT)
+    elif pid < TQ + TF:
+        r0 = (pid - TQ) * BN_EFF
+        l2_prefetch_rows(wf_ptr + r0 * s_wf, s_wf * 2, tl.minimum(BN_EFF, NF - r0), BN, PF, NT)
+    elif pid < TQ + TF + TB:
+        r0 = (pid - TQ - TF) * BN_EFF
+        l2_prefetch_rows(wb_ptr + r0 * s_wb, s_wb * 2, tl.minimum(BN_EFF, NB - r0), BN, PF, NT)
+
+
 # ---- phase 2: f_b, conv, gate, norms, delta rule, gated output norm -----------------------
 
 @triton.jit
@@ -494,7 +514,7 @@ def k1_kernel(
     NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr, HAS_LB: tl.constexpr, LB: tl.constexpr,
     PHASE: tl.constexpr, HIP: tl.constexpr = False,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
-    SEAM_STEP: tl.constexpr = 0,
+    SEAM_STEP: tl.constexpr = 0, PF: tl.constexpr = 0, NT: tl.constexpr = 128,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -504,6 +524,8 @@ def k1_kernel(
     if PHASE == -1:
         t0 = now_ns(HIP)
         maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
+        if PF > 0:  # HBM idles through the seam: the head of this program's first in-projection tile into L2
+            _prefetch_first_tile(pid, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, 4 * P, D, HL, BN, BN_EFF, PF, NT)
     if (PHASE == -1) and SEAM_SPLIT:
         _split_seam_persistent(pid, M, nvb, eps,
                                prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,

@@ -37,9 +37,14 @@ import triton.language as tl
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
+from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
+TRACE_SLOTS = tl.constexpr(16)
+"""int64 slots a program in the phase trace (TRACE): its entry time into each phase, by
+number, then its exit time in slot TRACE_EXIT."""
+TRACE_EXIT = tl.constexpr(len(PHASES))
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
@@ -52,6 +57,43 @@ def _situ(g, u, BETA: tl.constexpr, LBETA: tl.constexpr):
     tg = 2.0 * tl.sigmoid(2.0 * g / BETA) - 1.0
     tu = 2.0 * tl.sigmoid(2.0 * u / LBETA) - 1.0
     return BETA * tg * tl.sigmoid(g) * (LBETA * tu)
+
+
+@triton.jit
+def _h_tile(tile, H: tl.constexpr, BN: tl.constexpr, BNH: tl.constexpr):
+    """Rows n0 .. nend - 1 of H that tile `tile` of o_proj / latent_up owns: BNH rows in a
+    BN-row register tile (BNH < BN: 56 rows make 128 tiles of H 7168, one an SM, where 64
+    make 112; the extra register rows are masked off, so never loaded)."""
+    n0 = tile * BNH
+    if BNH == BN:
+        nend = H
+    else:
+        nend = tl.minimum(n0 + BNH, H)
+    return n0, nend
+
+
+@triton.jit
+def _h_mask(rm, M, rn, nend, BN: tl.constexpr, BNH: tl.constexpr):
+    if BNH == BN:
+        return rm[:, None] < M
+    else:
+        return (rm[:, None] < M) & (rn[None, :] < nend)
+
+
+@triton.jit
+def _group_sum(v, G: tl.constexpr):
+    """[NT] per-thread partials of G warp groups (group-major) summed: [NT / G]."""
+    return tl.sum(tl.reshape(v, (G, v.shape[0] // G)), axis=0)
+
+
+@triton.jit
+def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP: tl.constexpr,
+           TRACE: tl.constexpr):
+    """A persistent launch enters `phase`: the fault-injection hold, and (TRACE) this
+    program's timestamp in its row of the trace ([grid, TRACE_SLOTS] int64 ns)."""
+    maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+    if TRACE:
+        tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + phase, now_ns(HIP))
 
 
 @triton.jit
@@ -87,12 +129,12 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, part2_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
-    sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase,
+    sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
     I: tl.constexpr, I_UP: tl.constexpr, TOPK: tl.constexpr,
@@ -105,10 +147,13 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
+    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
+    BNH: tl.constexpr = 64,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     PERSISTENT: tl.constexpr = PHASE < 0
+    NHT: tl.constexpr = (H + BNH - 1) // BNH  # o_proj / latent_up tiles over H
     # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
     SCALED: tl.constexpr = MXFP4 and not EXPERT_GEMV
     t0 = 0
@@ -121,6 +166,17 @@ def k2_kernel(
         qg = (tq % 32) // 4
         qc = tq % 4
         qrow = (tq // 32) * 16 + qg  # row g of the warp's first 16-row tile
+        # experts_up may split K over KSX warp groups (more, smaller items where few
+        # experts are routed): a warp's rows within its group, the group's first k-block,
+        # and (tr) the thread map of the group-summed [NT / KSX] results
+        if KSX == 1:
+            qup, qkb, qrow_r, qc_r = qrow, 0, qrow, qc
+        else:
+            qup = ((tq // 32) % (NT // 32 // KSX)) * 16 + qg
+            qkb = (tq // 32 // (NT // 32 // KSX)) * (L // 128 // KSX)
+            tr = tl.arange(0, NT // KSX)
+            qrow_r = (tr // 32) * 16 + (tr % 32) // 4
+            qc_r = tr % 4
     if TP > 1:
         # this launch's epoch: the parity slot of the partials and the ready tag
         epoch = tl.load(sync_ptr + EPOCH)
@@ -131,12 +187,14 @@ def k2_kernel(
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
-            maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        for tile in range(pid, H // BN, nprog):
-            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, tile * BN, H, A, tl.zeros((BM, BN), tl.float32),
+            _enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+        for tile in range(pid, NHT, nprog):  # BNH rows a tile (BN: the register tile)
+            n0, nend = _h_tile(tile, H, BN, BNH)
+            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
-            rn = tile * BN + tl.arange(0, BN)
-            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+            rn = n0 + tl.arange(0, BN)
+            tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16),
+                     mask=_h_mask(rm, M, rn, nend, BN, BNH))
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
@@ -147,7 +205,16 @@ def k2_kernel(
     # -- 1: reduce over the ranks present, prefix add, FFN attn-res seam --------------
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
-            maybe_stall(stall_phase, 1, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(1, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+            if PF > 0:  # HBM is idle through the seam: the head of this program's first front tile into L2
+                if pid < (S2 + E + L) // BNF:
+                    n0 = pid * BNF
+                    if n0 < S2:
+                        l2_prefetch_rows(wgu_ptr + n0 * s_wgu, s_wgu * 2, BNF, BNF, PF, NT)
+                    elif n0 < S2 + E:
+                        l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BNF, BNF, PF, NT)
+                    else:
+                        l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BNF, BNF, PF, NT)
         rh = tl.arange(0, BH)
         hm = rh < H
         cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
@@ -196,23 +263,23 @@ def k2_kernel(
     # -- 2: the MoE front: [shared gate_up | router | latent down] ---------------------
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
-            maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        for tile in range(pid, (S2 + E + L) // BN, nprog):
-            n0 = tile * BN
-            acc = tl.zeros((BM, BN), tl.float32)
-            rn = tl.arange(0, BN)
+            _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+        for tile in range(pid, (S2 + E + L) // BNF, nprog):
+            n0 = tile * BNF
+            acc = tl.zeros((BM, BNF), tl.float32)
+            rn = tl.arange(0, BNF)
             if n0 < S2:
-                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
             elif n0 < S2 + E:
-                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 if FRONT_BF16:
                     acc = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
-                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BN, BK, STAGES, DENSE_GEMV)
+                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
@@ -222,7 +289,7 @@ def k2_kernel(
     # -- 3: routing, one row a program ------------------------------------------------
     if PERSISTENT or PHASE == 3:
         if PERSISTENT:
-            maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(3, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         for r in range(pid, M, nprog):
             ids, wts = route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
             tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
@@ -246,22 +313,26 @@ def k2_kernel(
     # -- 4: each distinct routed expert's gate/up and SiTU ----------------------------
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
-            maybe_stall(stall_phase, 4, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         for item in range(pid, n_e * (I // BI), nprog):
             n = item // (I // BI)
             i0 = (item % (I // BI)) * BI
             e = nth_expert(ids, first, number, n).to(tl.int64)
             ri = i0 + tl.arange(0, BI)
-            if MMA:  # BI = 16 x warps: a warp's 16 gate rows and the same 16 up rows
-                gr = i0 + qrow
+            if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
+                gr = i0 + qup
                 gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                      gr, gr + I_UP, L, NT, KUX, 1)
+                                      gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb)
+                if KSX > 1:
+                    gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
+                          _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
+                          _group_sum(gu[6], KSX), _group_sum(gu[7], KSX))
                 for h in tl.static_range(2):  # rows g, g + 8
                     for j in tl.static_range(2):  # x rows 2c, 2c + 1
                         act = _situ(gu[2 * h + j], gu[4 + 2 * h + j], BETA, LBETA).to(tl.bfloat16)
-                        tok = 2 * qc + j
-                        tl.store(act_ptr + (n * XR + tok) * I + gr + 8 * h, act, mask=tok < M)
+                        tok = 2 * qc_r + j
+                        tl.store(act_ptr + (n * XR + tok) * I + (i0 + qrow_r) + 8 * h, act, mask=tok < M)
             elif XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
                 for u0 in range(0, user_count(ids, keep, e), XU):
                     urow, uok = user_rows(ids, keep, e, u0, XU, BM)
@@ -306,7 +377,7 @@ def k2_kernel(
     # -- 5: each distinct routed expert's down projection; the shared experts ----------
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
-            maybe_stall(stall_phase, 5, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
@@ -369,28 +440,11 @@ def k2_kernel(
                              mask=has[:, None])
             else:
                 n0 = (item - n_routed) * BN
-                acc = tl.zeros((BM, BN), tl.float32)
                 rn = n0 + tl.arange(0, BN)
-                # K chunks of BKD: the measured tiles date from when the SiTU ran here
-                if DENSE_GEMV:
-                    r3 = rm[:, None, None]
-                    n3 = rn[None, :, None]
-                    part = tl.zeros((BM, BN, BK), tl.float32)
-                    for k0 in tl.range(0, S2 // 2, BK, num_stages=STAGES):
-                        k3 = k0 + tl.arange(0, BK)[None, None, :]
-                        msk = (r3 < M) & (k3 < S2 // 2)
-                        a = tl.load(sact_ptr + r3 * (S2 // 2) + k3, mask=msk, other=0.0).to(tl.float32)
-                        w = tl.load(wsd_ptr + n3 * s_wsd + k3, mask=k3 < S2 // 2, other=0.0).to(tl.float32)
-                        part += a * w
-                    acc += tl.sum(part, axis=2)
-                else:
-                    for k0 in tl.range(0, S2 // 2, BKD, num_stages=STAGES):
-                        rk = k0 + tl.arange(0, BKD)
-                        msk = (rm[:, None] < M) & (rk[None, :] < S2 // 2)
-                        a = tl.load(sact_ptr + rm[:, None] * (S2 // 2) + rk[None, :], mask=msk, other=0.0)
-                        w = tl.load(wsd_ptr + rn[:, None] * s_wsd + rk[None, :], mask=rk[None, :] < S2 // 2,
-                                    other=0.0)
-                        acc = tl.dot(a, tl.trans(w), acc)
+                # the shared down over sact (the routing phase's SiTU); tensor-core K chunks
+                # of BKD, the tile measured when the SiTU still ran here
+                acc = dot_bf16(sact_ptr, S2 // 2, M, wsd_ptr, s_wsd, n0, H, S2 // 2, tl.zeros((BM, BN), tl.float32),
+                               BM, BN, BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
                 tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
@@ -399,12 +453,14 @@ def k2_kernel(
     # -- 6: latent = sum over the row's slots, in top-k order -------------------------
     if PERSISTENT or PHASE == 6:
         if PERSISTENT:
-            maybe_stall(stall_phase, 6, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+            _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
-        for tile in range(pid, L // BL, nprog):
-            rl = tile * BL + tl.arange(0, BL)
-            acc = tl.zeros((BM, BL), tl.float32)
+        # its own tile width: the experts' BL (256 with mma_fp4) left 14 programs at work
+        BC: tl.constexpr = 64 if BL > 64 else BL
+        for tile in range(pid, L // BC, nprog):
+            rl = tile * BC + tl.arange(0, BC)
+            acc = tl.zeros((BM, BC), tl.float32)
             for k in tl.static_range(TOPK):
                 wk = tl.sum(tl.where(kc[None, :] == k, wts, 0.0), axis=1)
                 yk = tl.load(y_ptr + (rm * TOPK + k)[:, None] * L + rl[None, :], mask=rm[:, None] < M, other=0.0)
@@ -421,7 +477,7 @@ def k2_kernel(
         red = red_ptr
         if PERSISTENT or PHASE == 7:
             if PERSISTENT:
-                maybe_stall(stall_phase, 7, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
+                _enter(7, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
                 _wait_peers(flag_ptr, 2 + epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 7, HIP)
             for tile in range(pid, (L + H) // BN, nprog):
                 rn = tile * BN + tl.arange(0, BN)
@@ -437,41 +493,34 @@ def k2_kernel(
     # -- 8: latent norm, up projection, the residual combine --------------------------
     if PERSISTENT or PHASE == 8:
         if PERSISTENT:
-            maybe_stall(stall_phase, 8, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
-        ssq = tl.zeros((BM,), tl.float32)
-        for k0 in range(0, L, BK):
-            rk = k0 + tl.arange(0, BK)
-            lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
-                          other=0.0)
-            lat = lat.to(tl.float32)
-            ssq += tl.sum(lat * lat, axis=1)
-        rstd = 1.0 / tl.sqrt(ssq / L + EPS)
-        for tile in range(pid, H // BN, nprog):
-            rn = tile * BN + tl.arange(0, BN)
-            acc = tl.zeros((BM, BN), tl.float32)
-            if DENSE_GEMV:
-                r3 = rm[:, None, None]
-                n3 = rn[None, :, None]
-                part = tl.zeros((BM, BN, BK), tl.float32)
-                for k0 in tl.range(0, L, BK, num_stages=STAGES):
-                    k3 = k0 + tl.arange(0, BK)[None, None, :]
-                    lat = tl.load(red + r3 * (L + H) + k3, mask=(r3 < M) & (k3 < L), other=0.0).to(tl.float32)
-                    lw = tl.load(lnorm_ptr + k3, mask=k3 < L, other=0.0).to(tl.float32)
-                    xn = (lat * rstd[:, None, None] * lw).to(tl.bfloat16).to(tl.float32)
-                    w = tl.load(wup_ptr + n3 * s_wup + k3, mask=k3 < L, other=0.0).to(tl.float32)
-                    part += xn * w
-                acc += tl.sum(part, axis=2)
-            else:
-                for k0 in tl.range(0, L, BK, num_stages=STAGES):
-                    rk = k0 + tl.arange(0, BK)
-                    km = rk < L
-                    lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & km[None, :],
-                                  other=0.0)
-                    xn = lat.to(tl.float32) * rstd[:, None] * \
-                        tl.load(lnorm_ptr + rk, mask=km, other=0.0).to(tl.float32)[None, :]
-                    w = tl.load(wup_ptr + rn[:, None] * s_wup + rk[None, :], mask=km[None, :], other=0.0)
-                    acc = tl.dot(xn.to(tl.bfloat16), tl.trans(w), acc)
-            msk = rm[:, None] < M
+            _enter(8, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+        # the normalised latent bf16(lat rstd w), once, into this program's own rows: the
+        # projection then loads it like any bf16 operand (computed in registers inside the
+        # K loop, it crossed shared memory into the tensor-core layout every K step)
+        xn_ptr = xnorm_ptr + pid * M * L
+        if pid < NHT:
+            ssq = tl.zeros((BM,), tl.float32)
+            for k0 in range(0, L, BK):
+                rk = k0 + tl.arange(0, BK)
+                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
+                              other=0.0)
+                lat = lat.to(tl.float32)
+                ssq += tl.sum(lat * lat, axis=1)
+            rstd = 1.0 / tl.sqrt(ssq / L + EPS)
+            for k0 in range(0, L, BK):
+                rk = k0 + tl.arange(0, BK)
+                km = (rm[:, None] < M) & (rk[None, :] < L)
+                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=km, other=0.0).to(tl.float32)
+                lw = tl.load(lnorm_ptr + rk, mask=rk < L, other=0.0).to(tl.float32)
+                tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
+                         mask=km)
+            tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
+        for tile in range(pid, NHT, nprog):
+            n0, nend = _h_tile(tile, H, BN, BNH)
+            rn = n0 + tl.arange(0, BN)
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
+                           BM, BN, BK, STAGES, DENSE_GEMV)
+            msk = _h_mask(rm, M, rn, nend, BN, BNH)
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
             x = (out + shared.to(tl.float32)).to(tl.bfloat16).to(tl.float32)
@@ -479,4 +528,6 @@ def k2_kernel(
             x = (x + p.to(tl.float32)).to(tl.bfloat16)
             tl.store(out_ptr + rm[:, None] * H + rn[None, :], x, mask=msk)
         if PERSISTENT:
+            if TRACE:
+                tl.store(trace_ptr + pid * TRACE_SLOTS + TRACE_EXIT, now_ns(HIP))
             depart(sync_ptr, nprog)

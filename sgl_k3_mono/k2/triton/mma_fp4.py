@@ -92,7 +92,7 @@ def _scales(ptr, c):
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
-                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr):
+                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -101,7 +101,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     x rows past M repeat row M - 1 (their columns are the caller's to drop).
     K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (host.mma_fits). KU:
     k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
-    registers, measured fastest: tools/device/fp4_decode_microbench.py)."""
+    registers, measured fastest: tools/device/fp4_decode_microbench.py). kb0: each
+    thread's first k-block (a [NT] tensor where warp groups split K; K is then the
+    group's share)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -109,16 +111,16 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     # a warp's load covers 64 contiguous bytes of each of its 8 rows, and a thread's chunk
     # is one scale group (byte c of the k-block's scale word)
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16
+    xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16 + kb0 * 64
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4
+    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
     pb0 = pa0 + 8 * (swn // 4)
-    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4
+    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
     pb1 = pa1 + 8 * (swn // 4)
     s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    sa0 = s_words + r0.to(tl.int64) * (ssn // 4)
+    sa0 = s_words + r0.to(tl.int64) * (ssn // 4) + kb0
     sb0 = sa0 + 8 * (ssn // 4)
-    sa1 = s_words + r1.to(tl.int64) * (ssn // 4)
+    sa1 = s_words + r1.to(tl.int64) * (ssn // 4) + kb0
     sb1 = sa1 + 8 * (ssn // 4)
     # two accumulator chains a tile (even and odd words): an mma waits for the one before
     # it on the same accumulator
