@@ -306,11 +306,15 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
     the whole launch timed): 1 row: GEMV dense phases, 8 warps; 2 rows and more:
     tensor-core dense phases. MXFP4 experts through mma_fp4 where the plan allows it
-    (`mma`: K2Plan.mma_experts), with 8 warps at every M; otherwise GEMV experts at 1 row
-    and tensor-core experts from 2, 8 warps for bf16 at 2 rows (234 us against 251 with
-    4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8)."""
+    (`mma`: K2Plan.mma_experts), experts_up's K split over warp groups (KSX; tenth
+    session's sweep, MXFP4 at a TP-8 rank: 134 us against 146 at 1 row with KSX 2, 154
+    against 161 at 2 rows with 4, 205 against 222 at 4 rows with 2, 301 against 314 at 8
+    rows with 2 and 16 warps); otherwise GEMV experts at 1 row and tensor-core experts
+    from 2, 8 warps for bf16 at 2 rows (234 us against 251 with 4), else 4 (MXFP4
+    through tl.dot_scaled, which loses 2x with 8)."""
     if mma:
-        return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
+        ksx, warps = (4, 8) if rows == 2 else (2, 8) if rows <= 4 else (2, 16)
+        return {**k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=warps, mma=True), "KSX": ksx}
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
@@ -344,12 +348,15 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
-    if b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
+    while b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
         b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
         while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
             b["KUX"] //= 2
+        if b.get("KSX", 1) == 1 or mma_fits(b, latent=latent, inter=inter):
+            break
+        b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
-        b.update(MMA=0, BI=64, BL=128, BKX=256, BKD=128)
+        b.update(MMA=0, KSX=1, BI=64, BL=128, BKX=256, BKD=128)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
     # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at

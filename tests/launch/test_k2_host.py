@@ -59,14 +59,27 @@ def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
 
 
 def test_mma_experts_tiles_at_every_row_count():
-    """MXFP4 experts through mma_fp4 (the plan allows it): 8 warps at every M, a warp's two
-    16-row tiles (BI = 16 x warps gate/up rows, BL = 32 x warps), no GEMV experts; the
-    dense phases keep their per-M choice."""
+    """MXFP4 experts through mma_fp4 (the plan allows it): experts_up's K split over warp
+    groups at every M (4 groups at 2 rows, else 2; 16 warps from 5 rows, else 8), a warp's
+    two 16-row tiles (BI = 16 x warps / KSX gate/up rows after fit_tiles, BL = 32 x warps),
+    no GEMV experts; the dense phases keep their per-M choice. At a TP-8 rank's widths
+    every split fits (the KU step shrinks for 4 groups), so no M loses the mma path."""
     for rows in range(1, 9):
         t = host.default_tiles(rows, mxfp4=True, mma=True)
-        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8, (rows, t)
-        assert (t["BI"], t["BL"]) == (128, 256)
+        warps, ksx = (8, 4) if rows == 2 else (8, 2) if rows <= 4 else (16, 2)
+        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and (t["num_warps"], t["KSX"]) == (warps, ksx), (rows, t)
         assert bool(t["DENSE_GEMV"]) == (rows == 1)
+        f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+        assert f["MMA"] == 1 and f["KSX"] == ksx and (f["BI"], f["BL"]) == (16 * warps // ksx, 32 * warps), (rows, f)
+        assert 3584 % (128 * f["KUX"] * ksx) == 0
+
+
+def test_fit_tiles_halves_a_k_split_the_widths_cannot_take():
+    """A latent width that one group's whole loop steps cannot split 4 ways keeps mma_fp4
+    with fewer groups instead of leaving the mma path."""
+    t = {**host.k2_tiles(2, dense_gemv=False, expert_gemv=False, num_warps=8, mma=True), "KSX": 4}
+    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=768, inter=384, mma=True)
+    assert (f["MMA"], f["KSX"], f["KUX"], f["BI"]) == (1, 2, 1, 64), f
 
 
 def _plan(**kw):
@@ -208,9 +221,9 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
     t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx)
     b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (b["MMA"], b["BI"], b["KUX"]) == (1, bi, kux)
-    # 7 k-blocks a group at KSX 4 cannot split 8 ways: the dot_scaled tiles instead
-    assert host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
-                          mma=True)["MMA"] == 0
+    # 28 k-blocks cannot split 8 ways: 4 groups instead, not the dot_scaled tiles
+    eight = host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (eight["MMA"], eight["KSX"], eight["KUX"]) == (1, 4, 1)
 
 
 def test_front_prefetch_bytes_fit_the_threads_and_the_row():

@@ -24,7 +24,7 @@ def _run(device: str, env: dict) -> dict:
 
 def _check(res: dict) -> None:
     assert res["ids_equal"] == res["cases"] == 12, res
-    assert res["wts_max_rel"] <= 2e-7, res
+    assert res["wts_max_rel"] <= 1e-6, res  # renormalized in another order: fp32 ulps
 
 
 def test_route_row_interpreted_matches_torch_topk():
