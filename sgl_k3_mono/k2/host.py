@@ -122,10 +122,12 @@ class K2Plan:
     @property
     def mma_experts(self) -> bool:
         """The MXFP4 experts run through mma_fp4: sm_90, scales in range, tensors aligned,
-        and the default mma tiles fit the widths. Decided here, so a plan that cannot take
+        and the default mma tiles fit the widths (after fit_tiles). Decided here, so a plan that cannot take
         them gets the tiles measured for its other path (default_tiles), not mma's 8 warps."""
+        tiles = fit_tiles(default_tiles(self.rows, True, mma=True), hidden=self.hidden, shared2=self.shared2,
+                          experts=self.experts, latent=self.latent, inter=self.inter, mma=True)
         return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
-                and mma_fits(default_tiles(self.rows, True, mma=True), latent=self.latent, inter=self.inter))
+                and bool(tiles["MMA"]))
 
 
 def experts_scale_max(layers) -> int:
@@ -306,15 +308,15 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
     the whole launch timed): 1 row: GEMV dense phases, 8 warps; 2 rows and more:
     tensor-core dense phases. MXFP4 experts through mma_fp4 where the plan allows it
-    (`mma`: K2Plan.mma_experts), experts_up's K split over warp groups (KSX; tenth
-    session's sweep, MXFP4 at a TP-8 rank: 134 us against 146 at 1 row with KSX 2, 154
-    against 161 at 2 rows with 4, 205 against 222 at 4 rows with 2, 301 against 314 at 8
-    rows with 2 and 16 warps); otherwise GEMV experts at 1 row and tensor-core experts
-    from 2, 8 warps for bf16 at 2 rows (234 us against 251 with 4), else 4 (MXFP4
-    through tl.dot_scaled, which loses 2x with 8)."""
+    (`mma`: K2Plan.mma_experts), with 8 warps at every M; otherwise GEMV experts at 1 row
+    and tensor-core experts from 2, 8 warps for bf16 at 2 rows (234 us against 251 with
+    4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8). experts_up's K split
+    (KSX) stays off: faster in the tenth session's sweep (MXFP4, a TP-8 rank: 134 us
+    against 146 at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at
+    4 rows with 2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real
+    MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md)."""
     if mma:
-        ksx, warps = (4, 8) if rows == 2 else (2, 8) if rows <= 4 else (2, 16)
-        return {**k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=warps, mma=True), "KSX": ksx}
+        return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)

@@ -59,19 +59,23 @@ def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
 
 
 def test_mma_experts_tiles_at_every_row_count():
-    """MXFP4 experts through mma_fp4 (the plan allows it): experts_up's K split over warp
-    groups at every M (4 groups at 2 rows, else 2; 16 warps from 5 rows, else 8), a warp's
-    two 16-row tiles (BI = 16 x warps / KSX gate/up rows after fit_tiles, BL = 32 x warps),
-    no GEMV experts; the dense phases keep their per-M choice. At a TP-8 rank's widths
-    every split fits (the KU step shrinks for 4 groups), so no M loses the mma path."""
+    """MXFP4 experts through mma_fp4 (the plan allows it): 8 warps at every M, a warp's two
+    16-row tiles (BI = 16 x warps gate/up rows, BL = 32 x warps), experts_up's K not split
+    (KSX: an option), no GEMV experts; the dense phases keep their per-M choice."""
     for rows in range(1, 9):
         t = host.default_tiles(rows, mxfp4=True, mma=True)
-        warps, ksx = (8, 4) if rows == 2 else (8, 2) if rows <= 4 else (16, 2)
-        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and (t["num_warps"], t["KSX"]) == (warps, ksx), (rows, t)
+        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8 and t["KSX"] == 1, (rows, t)
+        assert (t["BI"], t["BL"]) == (128, 256)
         assert bool(t["DENSE_GEMV"]) == (rows == 1)
-        f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-        assert f["MMA"] == 1 and f["KSX"] == ksx and (f["BI"], f["BL"]) == (16 * warps // ksx, 32 * warps), (rows, f)
-        assert 3584 % (128 * f["KUX"] * ksx) == 0
+        assert _plan(rows=rows).mma_experts, rows
+
+
+def test_plan_decides_mma_on_the_fitted_tiles():
+    """A K split set at build (an option, KSX) is fitted before the plan decides the
+    expert path: at a TP-8 rank's widths 4 groups still take mma_fp4 (KU step shrunk)."""
+    t = dict(host.default_tiles(2, mxfp4=True, mma=True), KSX=4, num_warps=8)
+    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (f["MMA"], f["KSX"], f["KUX"], f["BI"]) == (1, 4, 1, 32), f
 
 
 def test_fit_tiles_halves_a_k_split_the_widths_cannot_take():
