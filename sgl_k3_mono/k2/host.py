@@ -122,8 +122,9 @@ class K2Plan:
     @property
     def mma_experts(self) -> bool:
         """The MXFP4 experts run through mma_fp4: sm_90, scales in range, tensors aligned,
-        and the default mma tiles fit the widths (after fit_tiles). Decided here, so a plan that cannot take
-        them gets the tiles measured for its other path (default_tiles), not mma's 8 warps."""
+        and the default mma tiles, as fit_tiles fits them, keep it. Decided here, so a plan
+        that cannot take them gets the tiles measured for its other path (default_tiles),
+        not mma's 8 warps."""
         tiles = fit_tiles(default_tiles(self.rows, True, mma=True), hidden=self.hidden, shared2=self.shared2,
                           experts=self.experts, latent=self.latent, inter=self.inter, mma=True)
         return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned

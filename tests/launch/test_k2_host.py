@@ -70,14 +70,6 @@ def test_mma_experts_tiles_at_every_row_count():
         assert _plan(rows=rows).mma_experts, rows
 
 
-def test_plan_decides_mma_on_the_fitted_tiles():
-    """A K split set at build (an option, KSX) is fitted before the plan decides the
-    expert path: at a TP-8 rank's widths 4 groups still take mma_fp4 (KU step shrunk)."""
-    t = dict(host.default_tiles(2, mxfp4=True, mma=True), KSX=4, num_warps=8)
-    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert (f["MMA"], f["KSX"], f["KUX"], f["BI"]) == (1, 4, 1, 32), f
-
-
 def test_fit_tiles_halves_a_k_split_the_widths_cannot_take():
     """A latent width that one group's whole loop steps cannot split 4 ways keeps mma_fp4
     with fewer groups instead of leaving the mma path."""
