@@ -282,7 +282,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
-    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1). launch_args
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (an
+    option, 0 off) k-blocks of both expert phases loaded that many steps ahead of their
+    mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step). launch_args
     shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -351,6 +353,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
+    if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
+        b.update(KUX=1, KUD=1)
     while b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
         b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
         while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
@@ -516,7 +520,7 @@ class K2Launch:
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
-            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"],
+            KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None,
         )
         return args, meta

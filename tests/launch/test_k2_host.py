@@ -222,6 +222,14 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
     assert (eight["MMA"], eight["KSX"], eight["KUX"]) == (1, 4, 1)
 
 
+def test_expert_register_prefetch_steps_one_k_block():
+    """XPD (the experts' register prefetch, an option) walks K one k-block a step, so the
+    KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4."""
+    t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
+    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f
+
+
 def test_front_prefetch_bytes_fit_the_threads_and_the_row():
     """PF (tile option, off by default): bytes of each front weight row asked into L2
     during the seam, cut into one 16-byte multiple a thread; never past the row, and none

@@ -148,7 +148,7 @@ def k2_kernel(
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
-    BNH: tl.constexpr = 64,
+    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -323,7 +323,7 @@ def k2_kernel(
             if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
                 gr = i0 + qup
                 gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                      gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb)
+                                      gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD)
                 if KSX > 1:
                     gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                           _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
@@ -392,7 +392,7 @@ def k2_kernel(
                 if MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1)
+                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPD)
                     for j in tl.static_range(2):  # x rows 2c, 2c + 1: the (row, slot) that names e
                         tok = 2 * qc + j
                         slot = tl.zeros((NT,), tl.int32)

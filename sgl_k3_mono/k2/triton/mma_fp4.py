@@ -92,7 +92,7 @@ def _scales(ptr, c):
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
-                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0):
+                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -103,7 +103,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
     registers, measured fastest: tools/device/fp4_decode_microbench.py). kb0: each
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
-    group's share)."""
+    group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, one
+    k-block a step, whose loads are issued PD steps before their mmas, so the weights
+    stream while the previous k-blocks decode (KU is then unused)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -127,28 +129,59 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
-    for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
-        for u in tl.static_range(KU):
-            kb = k0 // 128 + u
-            xk = xq + kb * 64
-            x0, x1, x2, x3 = _words(xk)
-            x4, x5, x6, x7 = _words(xk + 4)
-            x8, x9, x10, x11 = _words(xk + 8)
-            x12, x13, x14, x15 = _words(xk + 12)
-            a00, a01, a02, a03 = _words(pa0 + kb * 16)
-            b00, b01, b02, b03 = _words(pb0 + kb * 16)
-            a10, a11, a12, a13 = _words(pa1 + kb * 16)
-            b10, b11, b12, b13 = _words(pb1 + kb * 16)
-            s_a0 = _scales(sa0 + kb, c)
-            s_b0 = _scales(sb0 + kb, c)
-            s_a1 = _scales(sa1 + kb, c)
-            s_b1 = _scales(sb1 + kb, c)
-            c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x0, x1, x2, x3, a00, b00, a10, b10, s_a0, s_b0, s_a1,
-                                                              s_b1, c0, c1, c2, c3, c4, c5, c6, c7)
-            d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x4, x5, x6, x7, a01, b01, a11, b11, s_a0, s_b0, s_a1,
-                                                              s_b1, d0, d1, d2, d3, d4, d5, d6, d7)
-            c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x8, x9, x10, x11, a02, b02, a12, b12, s_a0, s_b0, s_a1,
-                                                              s_b1, c0, c1, c2, c3, c4, c5, c6, c7)
-            d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x12, x13, x14, x15, a03, b03, a13, b13, s_a0, s_b0,
-                                                              s_a1, s_b1, d0, d1, d2, d3, d4, d5, d6, d7)
+    if PD > 0:
+        # the k-blocks in flight ride the loop as carried registers: PD sets of 36 a thread
+        last = K // 128 - 1
+        v0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0)
+        v1 = v0
+        if PD > 1:
+            v1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last))
+        for kb in tl.range(0, last + 1, num_stages=1):
+            # past the end the loads repeat the last k-block: no mask, their values unused
+            nxt = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + PD, last))
+            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                v0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
+            if PD > 1:
+                v0 = v1
+                v1 = nxt
+            else:
+                v0 = nxt
+    else:
+        for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
+            for u in tl.static_range(KU):
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u),
+                    c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
+
+
+@triton.jit
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb):
+    """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
+    four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales."""
+    xk = xq + kb * 64
+    x0, x1, x2, x3 = _words(xk)
+    x4, x5, x6, x7 = _words(xk + 4)
+    x8, x9, x10, x11 = _words(xk + 8)
+    x12, x13, x14, x15 = _words(xk + 12)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16)
+    return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
+            a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13,
+            _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c))
+
+
+@triton.jit
+def _kblock_mma(v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7):
+    """One k-block (_kblock's registers v) into both tiles' two accumulator chains."""
+    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[0], v[1], v[2], v[3], v[16], v[20], v[24], v[28],
+                                                      v[32], v[33], v[34], v[35], c0, c1, c2, c3, c4, c5, c6, c7)
+    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[4], v[5], v[6], v[7], v[17], v[21], v[25], v[29],
+                                                      v[32], v[33], v[34], v[35], d0, d1, d2, d3, d4, d5, d6, d7)
+    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[8], v[9], v[10], v[11], v[18], v[22], v[26], v[30],
+                                                      v[32], v[33], v[34], v[35], c0, c1, c2, c3, c4, c5, c6, c7)
+    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[12], v[13], v[14], v[15], v[19], v[23], v[27], v[31],
+                                                      v[32], v[33], v[34], v[35], d0, d1, d2, d3, d4, d5, d6, d7)
+    return c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7
