@@ -284,7 +284,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
     items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (an
     option, 0 off) k-blocks of both expert phases loaded that many steps ahead of their
-    mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step). launch_args
+    mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XL2 (an option,
+    0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
+    program's next item's too (2). launch_args
     shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -334,6 +336,13 @@ def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
             and inter % (128 * b["KUD"]) == 0 and b["num_warps"] % ksx == 0)
 
 
+def _l2_cut_fits(row_bytes: int, rows: int, threads: int) -> bool:
+    """runtime.triton_l2.l2_prefetch_rows can take `rows` whole rows of `row_bytes` over
+    `threads`: one piece a thread, a multiple of 16 bytes."""
+    pieces = max(threads // rows, 1)
+    return row_bytes % (16 * pieces) == 0
+
+
 def _prefetch_bytes(b: dict, hidden: int, *, ptx: bool) -> int:
     """PF (bytes a front weight row prefetched into L2 during the seam; 0: none) as the
     kernel can take it: whole 16-byte pieces, one a thread over the BNF rows of a tile,
@@ -364,6 +373,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, KSX=1, BI=64, BL=128, BKX=256, BKD=128)
+    if b.get("XL2") and not (b.get("MMA") and _l2_cut_fits(latent // 2, b["BI"], 32 * b["num_warps"])
+                             and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
+        b["XL2"] = 0  # an expert row the prefetch cannot cut into whole 16-byte pieces a thread
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
     # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at
@@ -521,6 +533,7 @@ class K2Launch:
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
+            XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None,
         )
         return args, meta

@@ -82,13 +82,17 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # default), alone and with the K split (each group's own first k-block)
              Case("k3-small", 2, "mxfp4", "sm_90", nvb=2, seed=46, tiles="XPD=1"),
              Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=47, tiles="XPD=2,KSX=2"),
+             # each expert item's weight rows asked of L2 whole, and the next item's (XL2, off by default)
+             Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=48, tiles="XL2=1"),
+             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=49, tiles="XL2=2,XPD=1,KSX=2"),
              # the front's weights prefetched into L2 during the seam (a tile option, off by default)
              Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
-              Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2")]
+              Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2")]
 
 
 def _report(case, res):

@@ -5,7 +5,8 @@
 #   bash tools/device/bench.sh sweep     # K2's in-launch phase profile and its tile options (KSX, BNF, BNH, PF,
 #                                        # 16 warps) (~8 min)
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
-#   bash tools/device/bench.sh sweep-xpd # K2's expert register prefetch (XPD), alone and with KSX (~5 min)
+#   bash tools/device/bench.sh sweep-experts  # K2's MXFP4 expert options: register prefetch (XPD), whole-item
+#                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
 # Logs under $OUT.
 set -u
 source tools/device/env.sh
@@ -29,9 +30,10 @@ case "${1:-}" in
       ( timeout 90 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases --prefetch $pf 2>&1 \
           | tail -9 ) | tee -a "$OUT/k1-prefetch.log"
     done ;;
-  sweep-xpd)
-    ( timeout 330 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases \
-        --block "" --block XPD=1 --block XPD=2 --block XPD=1,KSX=2 --block XPD=2,KSX=2 --block XPD=1,KSX=4 \
-        2>&1 | grep -E "K2BENCH|Error" ) | tee "$OUT/k2-sweep-xpd.log" ;;
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-xpd" >&2; exit 2 ;;
+  sweep-experts)
+    ( timeout 420 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases \
+        --block "" --block XPD=1 --block XPD=2 --block XL2=1 --block XL2=2 --block XL2=2,XPD=1 \
+        --block XL2=1,KSX=2 --block XL2=2,KSX=2 --block XPD=1,KSX=2 2>&1 | grep -E "K2BENCH|Error" ) \
+        | tee "$OUT/k2-sweep-experts.log" ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts" >&2; exit 2 ;;
 esac

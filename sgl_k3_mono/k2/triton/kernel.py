@@ -118,6 +118,16 @@ def _wait_peers(flag_ptr, slot, tag, TP: tl.constexpr, t0, deadline_ns, err_addr
 # the launch
 
 @triton.jit
+def _l2_expert_rows(w_ptr, s_n, r0, SECOND: tl.constexpr, R: tl.constexpr, BYTES: tl.constexpr, NT: tl.constexpr):
+    """Ask L2 for R MXFP4 weight rows from row r0 (and as many from r0 + SECOND, the up
+    rows, unless SECOND is 0), each row's BYTES whole: a prefetch, fire and forget. The
+    scales (1/16 of the bytes, rows not 16-byte multiples) load as they did."""
+    l2_prefetch_rows(w_ptr + r0.to(tl.int64) * s_n, s_n, R, R, BYTES, NT)
+    if SECOND != 0:
+        l2_prefetch_rows(w_ptr + (r0 + SECOND).to(tl.int64) * s_n, s_n, R, R, BYTES, NT)
+
+
+@triton.jit
 def k2_kernel(
     # inputs
     attn_ptr, bank_ptr, prefix_ptr, M, nvb, has_prefix, NB,
@@ -148,7 +158,7 @@ def k2_kernel(
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
-    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0,
+    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XL2: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -321,6 +331,13 @@ def k2_kernel(
             e = nth_expert(ids, first, number, n).to(tl.int64)
             ri = i0 + tl.arange(0, BI)
             if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
+                if XL2 > 0:  # the whole item asked of HBM at once, not KU k-blocks at a time
+                    _l2_expert_rows(w13_ptr + e * s13_e, s13_n, i0, I_UP, BI, L // 2, NT)
+                if XL2 > 1:  # and this program's next item, to land while this one runs
+                    if item + nprog < n_e * (I // BI):
+                        _l2_expert_rows(w13_ptr + nth_expert(ids, first, number, (item + nprog) // (I // BI))
+                                        .to(tl.int64) * s13_e, s13_n, ((item + nprog) % (I // BI)) * BI, I_UP, BI,
+                                        L // 2, NT)
                 gr = i0 + qup
                 gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
                                       gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD)
@@ -390,6 +407,13 @@ def k2_kernel(
                 e64 = e.to(tl.int64)
                 rl = l0 + tl.arange(0, BL)
                 if MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
+                    if XL2 > 0:
+                        _l2_expert_rows(w2_ptr + e64 * s2_e, s2_n, l0, 0, BL, I // 2, NT)
+                    if XL2 > 1:
+                        if item + nprog < n_routed:
+                            _l2_expert_rows(w2_ptr + nth_expert(ids, first, number, (item + nprog) // (L // BL))
+                                            .to(tl.int64) * s2_e, s2_n, ((item + nprog) % (L // BL)) * BL, 0, BL,
+                                            I // 2, NT)
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                           sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPD)
