@@ -72,7 +72,7 @@ def case_dims(case: Case) -> K3Dims:
     return tp8_rank_dims() if case.config == "kimi-k3-tp8-rank" else dims(case.config)
 
 
-def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat: int = 1) -> dict:
+def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat: int = 1, keep_out: bool = False) -> dict:
     """Build weights and inputs, run the launch (phase "all": phase by phase; None:
     persistent), poison the output first, and compare with the reference."""
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
@@ -109,6 +109,8 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = bool(torch.isfinite(out.float()).all())
     res["mma"] = bool(launch.tiles_used.get("MMA", 0))
+    if keep_out:  # the launch's own output, for launch-against-launch checks (not JSON)
+        res["out"] = out.float().cpu()
     return res
 
 

@@ -141,6 +141,34 @@ def test_k2_gpu_real_tp8_rank_shapes(case):
 
 
 @pytest.mark.gpu
+def test_k2_gpu_expert_options_against_the_default_launch():
+    """The expert options against the default launch on the same weights and inputs (real
+    TP-8 rank shapes, M 4, MXFP4): the register and L2 prefetches change no arithmetic,
+    so their output is bitwise the default's; the K split sums two fp32 halves, so its
+    output may differ by bf16 roundings, within a few steps of each row's scale (the
+    forward broke its KL bound once with it: docs/evidence/k2-sm90.md)."""
+    import torch
+    from k2_cases import case_dims, run_case
+
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36)
+    w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
+    ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
+    assert ref["mma"]
+    for tiles, bitwise in (("XPD=1", True), ("XPD=2", True), ("XL2=2", True), ("KSX=2", False)):
+        got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
+        diff = (got["out"] - ref["out"]).abs()
+        print(f"\nK2OPT {tiles}: against the default launch max_abs={diff.max().item():.4g} "
+              f"differing={int((diff > 0).sum())}/{diff.numel()} routing_equal={got['routing_equal']}")
+        assert got["mma"] and got["finite"], tiles
+        if bitwise:
+            assert torch.equal(got["out"], ref["out"]), tiles
+        else:  # a few bf16 steps of the row's scale at most (a lost or doubled partial is far more)
+            assert bool((diff.amax(1) <= ref["out"].abs().amax(1) * 2.0 ** -6).all()), tiles
+
+
+@pytest.mark.gpu
 def test_k2_gpu_graph_replay_is_bitwise_stable():
     """1000 replays of a captured launch agree bitwise; with new inputs copied into the
     captured buffers, a replay equals an eager run on those inputs."""
