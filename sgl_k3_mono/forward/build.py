@@ -58,11 +58,6 @@ class ServerStep:
                    str(getattr(sc.speculative_algorithm, "name", sc.speculative_algorithm)).upper())
 
 
-AUX_ALGORITHMS = frozenset({"DSPARK", "DFLASH"})
-"""Speculative algorithms whose draft reads the target's auxiliary hidden states (SGLang
-sets them up after the build, so the build refuses by algorithm)."""
-
-
 def weight_bytes(model: Any) -> int:
     """Bytes of the model's parameters and buffers (every storage once)."""
     seen, total = set(), 0
@@ -106,16 +101,12 @@ def plans_for(model: StepModel, widths: tuple[int, ...], step: ServerStep, *, tp
     return out
 
 
-def step_reasons(lm: Any, step_model: StepModel, widths: tuple[int, ...], step: ServerStep) -> list[str]:
+def step_reasons(step_model: StepModel, widths: tuple[int, ...], step: ServerStep) -> list[str]:
     """What the step cannot serve beyond the per-layer refusals."""
     out = list(step_model.reasons())
-    if getattr(lm, "capture_aux_hidden_states", False) or getattr(lm.model, "dspark_layers_to_capture", None):
-        out.append("the model captures auxiliary hidden states (EAGLE3/DSpark draft inputs); the step does not "
-                   "write them")
-    if step.algorithm in AUX_ALGORITHMS:
-        out.append(f"--speculative-algorithm {step.algorithm} drafts from the target's auxiliary hidden states "
-                   "(the bank mixtures after the captured layers); the step does not write them in this version "
-                   "(NEXTN, EAGLE, FROZEN_KV_MTP and STANDALONE verify steps are served)")
+    # A DSpark / DFlash draft's inputs (the stream after the layers it names) are written by
+    # the step itself (`step.Capture`); SGLang names the layers after this build, before
+    # its graphs are captured, so the forward reads them per step.
     if step.mode == "target_verify":
         wide = sorted(w for w in widths if w % step.tokens == 0 and w // step.tokens > 1)
         if wide:
@@ -139,7 +130,8 @@ class BuiltK3:
         self.lm = language_model(model)
         self.deadline_s, self.allocated_bytes, self.weight_bytes = deadline_s, allocated_bytes, weight_bytes
         self.hooks_factory: Callable[..., Any] = SglangHooks
-        """(model, forward_batch, positions, input_ids, mode=, eps=, isa=) -> StepHooks (tests swap it)."""
+        """(model, forward_batch, positions, input_ids, mode=, eps=, isa=) -> StepHooks with
+        `capture()` (a draft's `step.Capture` or None), as SglangHooks (tests swap it)."""
 
     def forward(self, plan: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
                 *args: Any, **kwargs: Any) -> Any:
@@ -155,13 +147,10 @@ class BuiltK3:
                 [n for n, v in kwargs.items() if v is not None and v is not False]
         if extra:
             raise ValueError(f"sgl-k3-mono: a routed step with {extra}; the step serves plain decode and verify")
-        if getattr(self.lm, "capture_aux_hidden_states", False):
-            raise ValueError("sgl-k3-mono: the model now captures auxiliary hidden states (a draft reads them); "
-                             "the step does not write them")
         hooks = self.hooks_factory(self.model, forward_batch, positions, input_ids, mode=sp.mode,
                                    eps=self.step_model.eps, isa=self.step_model.isa)
         return run_step(self.step_model, sp, self.buffers[(key.forward_mode, key.batch_size, key.tokens_per_request)],
-                        hooks, input_ids, deadline_s=self.deadline_s)
+                        hooks, input_ids, deadline_s=self.deadline_s, capture=hooks.capture())
 
 
 def _tp() -> tuple[int, int, Optional[str]]:
@@ -197,7 +186,7 @@ def build(model: Any, hf_config: Any, ctx: Any, *, impl: str = "triton", step: O
     step_model = from_model_views(views, m.layers, eps=dims.rms_eps, isa=ctx.isa, final_seam=final,
                                   hidden=dims.hidden, bank_rows=dims.bank_rows())
     step = step or ServerStep.from_sglang()
-    reasons = step_reasons(lm, step_model, tuple(ctx.widths), step)
+    reasons = step_reasons(step_model, tuple(ctx.widths), step)
     if copied:
         reasons.append(f"the weight views would copy {copied} bytes (the launches read SGLang's tensors in place)")
     if reasons:

@@ -24,7 +24,7 @@ import torch
 from sgl_k3_mono.forward import harness, launches
 from sgl_k3_mono.forward.build import ServerStep, plans_for
 from sgl_k3_mono.forward.plan import StepBuffers
-from sgl_k3_mono.forward.step import run_step
+from sgl_k3_mono.forward.step import Capture, run_step
 from sgl_k3_mono.forward.warm import warm
 from sgl_k3_mono.numerics import measure
 from sgl_k3_mono.reference.step import DecodeState, decode_step
@@ -45,6 +45,12 @@ class StepBounds:
     """KDA recurrent and conv states after the last step."""
     graph_max_abs: float = 0.0
     """Graph replay against the eager run of the same launches (the launches are deterministic)."""
+    aux_cosine: float = 0.999
+    """A draft's inputs (`step.Capture`: the stream after each captured layer, per step)
+    against the reference's, smallest over layers and steps. Declared ahead of a GPU
+    measurement: about 9 times the 1.1e-4 (1 - cosine) of the interpreted Triton launches
+    over 3 steps (tests/forward/test_step_cpu.py), which equals the error of the stream
+    those layers leave (rel 1.5e-2 there)."""
 
 BOUNDS = StepBounds()
 
@@ -123,6 +129,8 @@ class Comparison:
     seconds: dict
     logits: list
     """Our logits per step [M, V] fp32 on the host (TP: every rank's must be identical)."""
+    aux: dict = field(default_factory=dict)
+    """Captured layer -> (largest rel error, smallest cosine) of its stream value over the steps."""
 
     def summary(self) -> dict:
         kl = [k for r in self.logs for k in r.kl]
@@ -138,6 +146,7 @@ class Comparison:
             under_margin=sum(r.under_margin for r in self.logs),
             stream_rel={i: (f"{a:.2e}", f"{b:.2e}") for i, (a, b) in self.stream_rel.items()},
             graph_max_abs=self.graph_max_abs,
+            aux={i: (f"{a:.2e}", f"{b:.6f}") for i, (a, b) in self.aux.items()},
             states={k: None if m is None else {n: float(f"{v:.6g}") for n, v in m.items()}
                     for k, m in self.states.items()},
             unused_slot_untouched=self.unused_slot_untouched,
@@ -157,6 +166,8 @@ class Run:
     """KDA layer -> recurrent states of the rows' slots after the last step [M, h, V, K] (this rank's heads)."""
     conv: dict
     """KDA layer -> conv windows of the rows' slots, or None where the layout is not the reference's."""
+    aux: list = field(default_factory=list)
+    """Per step: captured layer -> the stream value handed to a draft [M, H] (empty: no capture)."""
 
 
 def run_inputs(s: harness.HarnessShape, rows: int, steps: int, seed: int):
@@ -178,10 +189,16 @@ def judge(name: str, w, slots, ids, run: Run, *, tp: int, rank: int, isa: str, b
     t0 = time.monotonic()
     logs = [RowLog() for _ in range(rows)]
     stream_rel: dict = {}
+    aux_err: dict = {}
     for step, x in enumerate(ids):
         follow.step, follow.ours = step, {i: rec[:2] for i, rec in run.layers[step].items()}
         trace: list = []
-        ref = decode_step(w, ref_state, x, slots, tp=tp, isa=isa, trace=trace, choose=follow).float()
+        ref_aux = {i: None for i in run.aux[step]} if run.aux else None
+        ref = decode_step(w, ref_state, x, slots, tp=tp, isa=isa, trace=trace, choose=follow, aux=ref_aux).float()
+        for i, v in (ref_aux or {}).items():
+            m = measure(run.aux[step][i], v)
+            rel, cos = aux_err.get(i, (0.0, 1.0))
+            aux_err[i] = (max(rel, m["rel"]), min(cos, m["cosine"]))
         for t in trace:
             if t["layer"] in run.layers[step]:
                 rel = measure(run.layers[step][t["layer"]][2], t["stream"])["rel"]
@@ -208,17 +225,19 @@ def judge(name: str, w, slots, ids, run: Run, *, tp: int, rank: int, isa: str, b
         if run.conv.get(i) is not None:
             states[f"layer{i}.conv"] = measure(run.conv[i], ref_st.conv[live])
     return Comparison(name, rows, steps, logs, follow, stream_rel, graph_err, states, untouched, seconds,
-                      run.logits)
+                      run.logits, aux_err)
 
 
 def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, graph: bool = True,
             device="cuda", isa: str = "sm_90", impl: str = "triton", deadline_s: float = 10.0,
             bounds: StepBounds = BOUNDS, tp: int = 1, rank: int = 0, group=None,
-            on_start=None) -> Comparison:
+            on_start=None, capture: tuple[int, ...] = ()) -> Comparison:
     """One rank's comparison (TP > 1: every rank of `group` calls this with the same
     arguments; K2 reduces over symmetric-memory peers, the harness hooks over `group`,
     and each rank judges its own logits and states against the reference at TP `tp`).
-    `on_start()` is called once the launches are built and warm, before the first step."""
+    `on_start()` is called once the launches are built and warm, before the first step.
+    `capture` names layers whose output the eager steps hand a draft (`step.Capture`),
+    each compared with the reference's."""
     t0 = time.monotonic()
     w, slots, ids = run_inputs(s, rows, steps, seed)
     wd = harness.to_device(w, device)
@@ -240,7 +259,7 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     n_slots = rows + 1
     state = harness.HarnessState.fresh(wd, slots, n_slots, steps + 1, device, tp=tp)
     hooks = harness.HarnessHooks(wd, state, slots, isa=isa, rank=rank, tp=tp, group=group)
-    ours, our_layers = [], []
+    ours, our_layers, our_aux = [], [], []
 
     def record(layer, bufs_, out):
         sc = bufs_.k2.scratch
@@ -250,11 +269,16 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     with launches.after_k2(record):
         for x in ids:
             our_layers.append({})
-            ours.append(run_step(model, plan, bufs, hooks, x.to(device), deadline_s=deadline_s).float().cpu())
+            got: list = []
+            cap = Capture(frozenset(capture), lambda v: got.append(v.float().cpu())) if capture else None
+            ours.append(run_step(model, plan, bufs, hooks, x.to(device), deadline_s=deadline_s,
+                                 capture=cap).float().cpu())
+            if capture:
+                our_aux.append(dict(zip(sorted(capture), got)))
     sec["ours_eager"] = time.monotonic() - t0
     live = slots.tolist()
     run = Run(ours, our_layers, {i: state.kda[i].ssm_pool[live].cpu() for i in w.dims.kda_layers},
-              {i: state.kda[i].conv_pool[live].cpu() for i in w.dims.kda_layers})
+              {i: state.kda[i].conv_pool[live].cpu() for i in w.dims.kda_layers}, our_aux)
     untouched = all(bool((state.kda[i].ssm_pool[rows] == 0).all()) and bool((state.kda[i].conv_pool[rows] == 0).all())
                     for i in w.dims.kda_layers)
 
@@ -304,6 +328,9 @@ def violations(c: Comparison, b: StepBounds = BOUNDS) -> list[str]:
             out.append(f"{name}: cosine {m['cosine']:.6f} < {b.state_cosine}")
     if not c.unused_slot_untouched:
         out.append("a state slot no row uses was written")
+    for i, (_, cos) in c.aux.items():
+        if cos < b.aux_cosine:
+            out.append(f"layer {i}'s captured stream (a draft's input): cosine {cos:.6f} < {b.aux_cosine}")
     if c.graph_max_abs is not None and c.graph_max_abs > b.graph_max_abs:
         out.append(f"graph replay differs from the eager run by {c.graph_max_abs:.3e} > {b.graph_max_abs}")
     return out

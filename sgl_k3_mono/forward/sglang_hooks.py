@@ -10,11 +10,13 @@ pools is host-side indexing (no device value is read back), so a step stays capt
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional
 
 import torch
 
 from sgl_k3_mono.forward.hooks import KdaState
+from sgl_k3_mono.forward.step import Capture
 from sgl_k3_mono.reference.attn_res import add_prefix, aggregate
 
 
@@ -44,6 +46,7 @@ class SglangHooks:
         self.fb, self.positions, self.input_ids = forward_batch, positions, input_ids
         self.mode, self.eps, self.isa = mode, eps, isa
         self._linear = None
+        self._aux = None  # SGLang's collector of this step's draft inputs (`capture`)
         # what SGLang's model forward hands every layer (two fp32 words a layer)
         self.zero_allocator = BumpAllocator(buffer_size=len(self.layers) * 2, dtype=torch.float32,
                                             device=input_ids.device)
@@ -53,7 +56,30 @@ class SglangHooks:
         return self.lm.model.embed_tokens(input_ids)
 
     def final(self, hidden: torch.Tensor) -> Any:
-        return self.lm.logits_processor(self.input_ids, hidden, self.lm.lm_head, self.fb)
+        aux = None
+        if self._aux is not None:  # what the model's own forward hands its logits processor
+            aux = self._aux.finalize() if hasattr(self._aux, "finalize") else self._aux
+        return self.lm.logits_processor(self.input_ids, hidden, self.lm.lm_head, self.fb, aux)
+
+    # ---- a speculative draft's inputs (DSpark / DFlash) ------------------------------------
+    def capture(self) -> Optional[Capture]:
+        """The layers the draft reads and SGLang's collector for them, as the model's own
+        forward sets them up (None when the model captures nothing)."""
+        from sglang.srt.layers.aux_hidden_states import AuxHiddenStateList, AuxHiddenStatePacker
+
+        layers = getattr(self.lm.model, "dspark_layers_to_capture", None)
+        if not getattr(self.lm, "capture_aux_hidden_states", False) or layers is None:
+            return None
+        _need(len(set(layers)) == len(layers), f"the draft names a layer twice ({list(layers)})")
+        # one packed [M, K*H] tensor (the decode graph's buffer when the batch has one), or a
+        # list where the model keeps one (pipeline stages)
+        if self.lm.model.packs_aux_hidden_states:
+            self._aux = AuxHiddenStatePacker.for_batch(self.fb, len(layers))
+            sink = self._aux.append
+        else:
+            self._aux = AuxHiddenStateList()
+            sink = functools.partial(self._aux.capture, owned=True)
+        return Capture(frozenset(layers), sink)
 
     # ---- KDA state pools ---------------------------------------------------------------
     def kda_state(self, layer: int) -> KdaState:

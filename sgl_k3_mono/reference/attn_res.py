@@ -104,14 +104,48 @@ def aggregate(
     if nvb == 0:
         return bf16(rmsnorm(prefix.float(), out_norm_weight, out_eps))
 
+    mix = _mixture(bank, nvb, prefix, proj_weight, score_norm_weight, eps)
+    if isa == "sm_90":
+        mix = bf16(mix)
+    return bf16(rmsnorm(mix, out_norm_weight, out_eps))
+
+
+def _mixture(bank: torch.Tensor, nvb: int, prefix: torch.Tensor, proj_weight: torch.Tensor,
+             score_norm_weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The fp32 softmax-weighted mix of bank rows 0..nvb-1 (nvb >= 1) and the prefix, [M, H]."""
     rows = torch.cat([bank[:, :nvb].float(), prefix.float().unsqueeze(1)], dim=1)  # [M, R, H]
     cw = score_weight(proj_weight, score_norm_weight)
     scores = (rows * cw).sum(-1) / torch.sqrt(rows.pow(2).mean(-1) + eps)  # [M, R]
     alpha = torch.softmax(scores, dim=-1)
-    mix = (alpha.unsqueeze(-1) * rows).sum(1)
-    if isa == "sm_90":
-        mix = bf16(mix)
-    return bf16(rmsnorm(mix, out_norm_weight, out_eps))
+    return (alpha.unsqueeze(-1) * rows).sum(1)
+
+
+def stream_value(
+    bank: torch.Tensor,
+    nvb: int,
+    prefix: torch.Tensor,
+    proj_weight: torch.Tensor,
+    score_norm_weight: torch.Tensor,
+    eps: float,
+) -> torch.Tensor:
+    """The stream's value as its next read would mix it, before that read's output norm:
+    what SGLang captures after a layer for a DSpark / DFlash draft (`aggregate_stream`),
+    [M, H] bf16.
+
+    The read's weights are the next layer's attention-side score weights (the model's
+    output-side ones after the last layer) and `nvb` its valid bank rows. One rounding
+    on both ISAs: sm_90's `_mix_fused` stores the fp32 mix as bf16, and gfx950's fused
+    HIP read without an output norm rounds its fp32 mix once. nvb == 0: the prefix
+    itself, as SGLang returns it.
+    """
+    if bank.dim() != 3 or tuple(prefix.shape) != (bank.shape[0], bank.shape[2]):
+        raise ValueError(f"stream_value: bank must be [M, NB, H] and prefix [M, H]; got {tuple(bank.shape)} "
+                         f"and {tuple(prefix.shape)}")
+    if not 0 <= nvb <= bank.shape[1]:
+        raise ValueError(f"stream_value: nvb={nvb} outside 0..{bank.shape[1]} (bank rows)")
+    if nvb == 0:
+        return prefix.to(torch.bfloat16)
+    return _mixture(bank, nvb, prefix, proj_weight, score_norm_weight, eps).to(torch.bfloat16)
 
 
 @dataclass(frozen=True)

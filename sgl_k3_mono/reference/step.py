@@ -17,7 +17,7 @@ import torch
 
 from sgl_k3_mono.dims import K3Dims
 from sgl_k3_mono.k1 import K1Weights, KDAState, SeamInput, k1_reference
-from sgl_k3_mono.reference.attn_res import SeamWeights, add_prefix, aggregate, attn_seam, ffn_seam
+from sgl_k3_mono.reference.attn_res import SeamWeights, add_prefix, aggregate, attn_seam, ffn_seam, stream_value
 from sgl_k3_mono.reference.mla import MLAWeights, latent_row, mla_decode
 from sgl_k3_mono.reference.ops import bf16, situ
 
@@ -49,6 +49,14 @@ class DenseLayer:
     """[2 I, H] bf16: gate rows then up rows."""
     down: torch.Tensor
     """[H, I] bf16."""
+
+    @classmethod
+    def from_sglang(cls, layer: Any) -> "DenseLayer":
+        """From SGLang's decoder layer 0 (TP 1)."""
+        return cls(layer.self_attn.o_proj.weight.detach(),
+                   SeamWeights(layer.mlp_res_proj.weight.detach(), layer.mlp_res_norm.weight.detach(),
+                               layer.post_attention_layernorm.weight.detach()),
+                   layer.mlp.gate_up_proj.weight.detach(), layer.mlp.down_proj.weight.detach())
 
 
 @dataclass(frozen=True)
@@ -91,11 +99,7 @@ class ModelWeights:
             if dims.is_moe(i):
                 k2, dense = K2Weights.from_sglang_layer(layer), None
             else:
-                k2, dense = None, DenseLayer(
-                    layer.self_attn.o_proj.weight.detach(),
-                    SeamWeights(layer.mlp_res_proj.weight.detach(), layer.mlp_res_norm.weight.detach(),
-                                layer.post_attention_layernorm.weight.detach()),
-                    layer.mlp.gate_up_proj.weight.detach(), layer.mlp.down_proj.weight.detach())
+                k2, dense = None, DenseLayer.from_sglang(layer)
             layers.append(LayerWeights(k1, mla, seam, k2, dense))
         m = lm.model
         return cls(dims, m.embed_tokens.weight.detach(), tuple(layers),
@@ -136,16 +140,30 @@ def _dense_ffn(d: DenseLayer, h2: torch.Tensor, dims: K3Dims, tp: int) -> torch.
     return _all_reduce([dense_partial(d, h2, dims, tp, r) for r in range(tp)])
 
 
+def dense_side(d: DenseLayer, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int, prefix: torch.Tensor | None,
+               dims: K3Dims, *, tp: int, isa: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0's FFN side from its TP-local attention outputs side by side ([M, A] bf16):
+    o_proj partials and their all-reduce, the FFN seam, the dense MLP reduced. Returns (the
+    stream after the seam, the MLP output still to be added at the next layer's seam)."""
+    pl = attn_out.shape[1] // tp
+    a = _all_reduce([bf16(attn_out[:, r * pl : (r + 1) * pl].float() @ d.o_proj[:, r * pl : (r + 1) * pl]
+                          .float().t()) for r in range(tp)])
+    fs = ffn_seam(bank, nvb, prefix, a, d.ffn_seam, dims.rms_eps, isa=isa)
+    return fs.prefix, _dense_ffn(d, fs.normed, dims, tp)
+
+
 def decode_step(w: ModelWeights, state: DecodeState, input_ids: torch.Tensor, slots: torch.Tensor, *,
                 tp: int = 1, isa: str = "gfx950", trace: list | None = None,
-                choose=None) -> torch.Tensor:
+                choose=None, aux: dict[int, Any] | None = None) -> torch.Tensor:
     """One decode step for M requests; returns logits [M, V] fp32 (bf16 values).
 
     `trace`, when a list, receives one dict per layer (attention output, the stream the
     layer leaves, the router logits and routed expert ids, or None): routing decisions are
     where emulated TP sizes legitimately diverge (a rounding difference can flip a top-k
     choice). `choose(layer, logits, ids) -> ids`, when given, may replace a MoE layer's
-    top-k sets (see `reference.moe.route`)."""
+    top-k sets (see `reference.moe.route`). `aux`, when a dict, receives for each layer named
+    by its keys the stream after that layer as the next read mixes it (SGLang's DSpark /
+    DFlash capture, `attn_res.stream_value`), [M, H] bf16."""
     dims = w.dims
     if not 1 <= input_ids.numel() <= 8 or slots.shape != input_ids.shape:
         raise ValueError(f"decode_step: need 1..8 ids and one slot each, got {tuple(input_ids.shape)} / "
@@ -183,14 +201,13 @@ def decode_step(w: ModelWeights, state: DecodeState, input_ids: torch.Tensor, sl
             prefix, add = res.out.float(), None
             ids, logits = res.moe.topk_ids, res.moe.router_logits
         else:
-            d = lw.dense
-            pl = attn_out.shape[1] // tp
-            a = _all_reduce([bf16(attn_out[:, r * pl : (r + 1) * pl].float() @ d.o_proj[:, r * pl : (r + 1) * pl]
-                                  .float().t()) for r in range(tp)])
-            fs = ffn_seam(bank, nvb, sr.prefix, a, d.ffn_seam, eps, isa=isa)
-            prefix, add, ids, logits = fs.prefix, _dense_ffn(d, fs.normed, dims, tp), None, None
+            prefix, add = dense_side(lw.dense, attn_out, bank, nvb, sr.prefix, dims, tp=tp, isa=isa)
+            ids = logits = None
         if trace is not None:
             trace.append(dict(layer=i, attn_out=attn_out, stream=prefix, expert_ids=ids, router_logits=logits))
+        if aux is not None and i in aux:
+            nxt = w.layers[i + 1].attn_seam if i + 1 < len(w.layers) else w.final_seam
+            aux[i] = stream_value(bank, nvb, add_prefix(prefix, add), nxt.proj, nxt.score_norm, eps)
     prefix = add_prefix(prefix, add)
     fw = w.final_seam
     h = aggregate(bank, nvb, prefix, fw.proj, fw.score_norm, fw.out_norm, eps, isa=isa)

@@ -16,6 +16,7 @@ from sgl_k3_mono.forward import compare, harness, yardstick  # noqa: E402
 
 rows, steps = int(sys.argv[1]), int(sys.argv[2])
 bounds = yardstick.bounds_for("tiny", "bf16", rows, steps)
+# every layer's output handed to a draft as well (DSpark / DFlash inputs, `step.Capture`)
 c = compare.compare(harness.shape("tiny"), rows=rows, steps=steps, graph=False, device="cpu", isa="sm_90",
-                    impl="triton-phased", bounds=bounds)
+                    impl="triton-phased", bounds=bounds, capture=(0, 1, 2, 3))
 print(json.dumps({**c.summary(), "violations": compare.violations(c, bounds)}, default=str), flush=True)

@@ -43,3 +43,23 @@ def test_steps_match_the_reference_step(name, fmt, rows, steps, graph):
     bad = compare.violations(c, bounds)
     assert not bad, "\n".join(bad[:20])
     assert summary["row_steps"] == rows * steps, summary
+
+
+def test_a_drafts_captured_streams_match_the_reference():
+    """DSpark / DFlash inputs on the GPU: every layer of the tiny model captured after each
+    of 8 steps of 3 rows (`step.Capture`; after layer 0 the pending dense add, before a
+    block write, before the MLA layer, the output-side read), against the reference
+    step's captures, with every bound of the logits case as well."""
+    from sgl_k3_mono.forward import compare, harness, yardstick
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    bounds = yardstick.bounds_for("tiny", "bf16", 3, 64)  # the bounds of 64 steps hold for 8
+    c = compare.compare(harness.shape("tiny"), rows=3, steps=8, graph=False, device="cuda", isa="sm_90",
+                        bounds=bounds, capture=(0, 1, 2, 3))
+    summary = c.summary()
+    print("\nSTEPCMP-AUX " + json.dumps({**summary, "bounds": bounds.__dict__}, default=str))
+    assert sorted(c.aux) == [0, 1, 2, 3], c.aux
+    bad = compare.violations(c, bounds)
+    assert not bad, "\n".join(bad[:20])

@@ -62,6 +62,9 @@ for i, c in enumerate(payload["cases"]):
     onorm = RMSNorm(c["h"], eps=1e-5); onorm.weight.data = c["out_norm"].clone()
     mix = A._mix_fused(c["prefix"], c["bank"], c["nvb"], proj, snorm)
     result[("sm90", i)] = onorm.forward_native(mix)
+    # what aggregate_stream hands a DSpark draft: sm_90's mix as is, gfx950's kernel without its out norm
+    result[("stream sm90", i)] = mix
+    result[("stream hip", i)] = A._aggregate_hip(c["prefix"], None, c["bank"].clone(), c["nvb"], proj, snorm, None)[0]
 """
 
 
@@ -107,6 +110,23 @@ def test_sm90_matches_mix_fused_then_rmsnorm(sglang_kernels, i):
     mx, cos = helpers.errors(ref, got)
     print(f"sm_90 nvb={c['nvb']} M={c['m']}: max_abs={mx:.3e} cos={cos:.7f}")
     _assert_bf16_close(ref, got, f"nvb={c['nvb']}", ulps=2)
+
+
+@pytest.mark.parametrize("i", range(0, 9))
+def test_stream_value_is_what_aggregate_stream_hands_the_draft(sglang_kernels, i):
+    """`stream_value` (a DSpark / DFlash capture) against both of SGLang's aggregate_stream
+    kernels: the fp32 mix rounded to bf16 once; nvb 0 hands back the prefix itself."""
+    c = CASES[i]
+    ref = ar.stream_value(c["bank"], c["nvb"], c["prefix"], c["proj"], c["score_norm"], EPS)
+    assert ref.dtype == torch.bfloat16
+    if c["nvb"] == 0:
+        assert torch.equal(ref, c["prefix"])
+        return
+    for kind in ("stream sm90", "stream hip"):
+        got = sglang_kernels[(kind, i)]
+        mx, cos = helpers.errors(ref, got)
+        print(f"{kind} nvb={c['nvb']} M={c['m']}: max_abs={mx:.3e} cos={cos:.7f}")
+        _assert_bf16_close(ref, got, f"{kind} nvb={c['nvb']}")
 
 
 def test_isas_differ_only_by_the_mix_rounding():
