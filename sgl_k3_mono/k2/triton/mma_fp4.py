@@ -83,11 +83,17 @@ def _words(ptr):
 
 
 @triton.jit
-def _scales(ptr, c):
-    """bf16x2 2^(S-1) in both halves, S = byte c of the scale word at ptr (a k-block's four
+def _scale_of(word, c):
+    """bf16x2 2^(S-1) in both halves, S = byte c of a k-block's scale word (its four
     groups; S <= 128)."""
-    s = (tl.load(ptr) >> (8 * c)) & 255
+    s = (word >> (8 * c)) & 255
     return ((s + 126) << 7) * 65537
+
+
+@triton.jit
+def _scales(ptr, c):
+    """_scale_of the scale word at ptr."""
+    return _scale_of(tl.load(ptr), c)
 
 
 @triton.jit
@@ -103,9 +109,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
     registers, measured fastest: tools/device/fp4_decode_microbench.py). kb0: each
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
-    group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, one
-    k-block a step, whose loads are issued PD steps before their mmas, so the weights
-    stream while the previous k-blocks decode (KU is then unused)."""
+    group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, whose
+    loads of a k-block are issued PD k-blocks' mmas before its own, so the weights stream
+    while the previous k-blocks decode (KU is then unused)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -130,22 +136,34 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
     if PD > 0:
-        # the k-blocks in flight ride the loop as carried registers: PD sets of 36 a thread
+        # PD + 1 register sets of a k-block (36 a thread) rotate through an unrolled step of
+        # PD + 1 k-blocks: each sub-step loads into the set the previous one consumed, then
+        # runs the mmas of the set loaded PD sub-steps earlier. Nothing reads a loaded
+        # register before its mmas: no copy (a set is rewritten only after its last use),
+        # no scale decode (the sets hold the raw scale words), and no branch for the
+        # compiler to sink the loads past: a k-block past the end is loaded again as the
+        # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        v0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0)
-        v1 = v0
-        if PD > 1:
-            v1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last))
-        for kb in tl.range(0, last + 1, num_stages=1):
-            # past the end the loads repeat the last k-block: no mask, their values unused
-            nxt = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + PD, last))
-            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                v0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True)
+        for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                v0 = v1
-                v1 = nxt
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True)
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
-                v0 = nxt
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                    s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
@@ -156,9 +174,10 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
-    four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales."""
+    four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
+    scale words as loaded, for _kblock_mma to decode)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
@@ -168,20 +187,29 @@ def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb):
     b00, b01, b02, b03 = _words(pb0 + kb * 16)
     a10, a11, a12, a13 = _words(pa1 + kb * 16)
     b10, b11, b12, b13 = _words(pb1 + kb * 16)
+    if RAW:
+        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
+    else:
+        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-            a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13,
-            _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c))
+            a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
 
 @triton.jit
-def _kblock_mma(v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7):
-    """One k-block (_kblock's registers v) into both tiles' two accumulator chains."""
+def _kblock_mma(v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c=0, live=True,
+                RAW: tl.constexpr = False):
+    """One k-block (_kblock's registers v) into both tiles' two accumulator chains. RAW:
+    v holds the scale words, decoded here (thread byte c) and zeroed unless `live`."""
+    s0, s1, s2, s3 = v[32], v[33], v[34], v[35]
+    if RAW:
+        s0, s1 = _scale_of(s0, c) * live, _scale_of(s1, c) * live
+        s2, s3 = _scale_of(s2, c) * live, _scale_of(s3, c) * live
     c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[0], v[1], v[2], v[3], v[16], v[20], v[24], v[28],
-                                                      v[32], v[33], v[34], v[35], c0, c1, c2, c3, c4, c5, c6, c7)
+                                                      s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7)
     d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[4], v[5], v[6], v[7], v[17], v[21], v[25], v[29],
-                                                      v[32], v[33], v[34], v[35], d0, d1, d2, d3, d4, d5, d6, d7)
+                                                      s0, s1, s2, s3, d0, d1, d2, d3, d4, d5, d6, d7)
     c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[8], v[9], v[10], v[11], v[18], v[22], v[26], v[30],
-                                                      v[32], v[33], v[34], v[35], c0, c1, c2, c3, c4, c5, c6, c7)
+                                                      s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7)
     d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[12], v[13], v[14], v[15], v[19], v[23], v[27], v[31],
-                                                      v[32], v[33], v[34], v[35], d0, d1, d2, d3, d4, d5, d6, d7)
+                                                      s0, s1, s2, s3, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7
