@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
     ap.add_argument("--seam-single", action="store_true",
                     help="one program a row for the seam (K1Plan.seam_split off), for comparison")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="compile the persistent launches into Triton's cache, time nothing")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench k1: needs a CUDA GPU", file=sys.stderr)
@@ -225,6 +227,15 @@ def main(argv: list[str] | None = None) -> int:
                                 ("prefetch", args.prefetch)) if v is not None}
     if args.seam_single:
         tiles["seam_split"] = False
+    if args.warm_only:
+        from sgl_k3_mono.k1.host import compile_k1
+
+        for mode in args.modes.split(","):
+            for m in (int(x) for x in args.rows.split(",")):
+                L = Layer(dims, args.layer, m, mode, seed=1000 * m, grid=grid, tiles=tiles)
+                compile_k1(L.plan, L.views, L.io, L.scratch)
+                print(f"K1WARM {mode} M={m} {tiles}", flush=True)
+        return 0
     op, why = sglang_kda()
     bw = copy_bandwidth_tb_s()
     std_decode = "SGLang kda_fused_decode" if op is not None else f"torch reference chain (no SGLang: {why})"

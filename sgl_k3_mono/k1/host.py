@@ -478,6 +478,15 @@ def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
             k1_kernel[(plan.grid,)](*args, **meta, PHASE=phase, SEAM_STEP=step)
 
 
+def compile_k1(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, layer: int = 0) -> None:
+    """Compile the persistent Triton launch run_k1 would run for this layer into Triton's
+    cache, without running it (the benchmarks' parallel pre-compile)."""
+    from sgl_k3_mono.k1.triton.kernel import k1_kernel
+
+    args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=DEFAULT_DEADLINE_S)
+    k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=-1, SEAM_STEP=0)
+
+
 def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scratch: Optional[K1Scratch] = None,
            phased: bool = False, phase: Optional[int] = None, layer: int = 0,
            deadline_s: float = DEFAULT_DEADLINE_S) -> None:

@@ -128,9 +128,11 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
 
 
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
-        block: Optional[dict] = None, per_sm: int = 1, trace: bool = False) -> list[dict]:
+        block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
-    `trace`: also the in-launch phase profile (phase_trace).
+    `trace`: also the in-launch phase profile (phase_trace). `warm_only`: compile the
+    persistent launches (and the traced ones with `trace`) into Triton's cache and time
+    nothing (tools/device/env.sh `warm` runs several such processes at once).
     `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
     build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
@@ -144,8 +146,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     from sgl_k3_mono.dims import K3Dims
 
     d8 = K3Dims.from_config(load_config("kimi-k3"), tp=8)
-    copy_bw, bw = copy_bandwidth_gb_s()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if warm_only:
+        return _warm(d, rows_list, fmts, block, per_sm * sms, trace)
+    copy_bw, bw = copy_bandwidth_gb_s()
     print(f"device {torch.cuda.get_device_name(0)}, {sms} SMs; copy bandwidth (read+write) {copy_bw:.0f} GB/s, "
           f"read bandwidth {bw:.0f} GB/s (the floor uses this); "
           f"standard path SiTU: {_situ_op()[1]}; seam: "
@@ -155,14 +159,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         w = random_k2_weights(d, fmt=fmt, device="cuda", seed=1)
         rw = w.shard(0, 1)
         for m in rows_list:
-            g = torch.Generator(device="cuda").manual_seed(m)
-            attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
-            nvb, nb = 4, 8
-            bank = torch.randn(m, nb, d.hidden, generator=g, device="cuda").bfloat16()
-            prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
-            out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
-            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=nb, grid=per_sm * sms), "cuda",
-                                    deadline_s=5.0)
+            attn, bank, nvb, prefix, out = _inputs(d, m)
+            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1],
+                                                       grid=per_sm * sms), "cuda", deadline_s=5.0)
             launch.set_block(**(block or {}))
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             per_phase = []
@@ -197,6 +196,35 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     return results
 
 
+def _inputs(d, m: int):
+    """A step's inputs at M rows: attention output, bank (nvb 4 of 8 rows), prefix, out."""
+    g = torch.Generator(device="cuda").manual_seed(m)
+    attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
+    bank = torch.randn(m, 8, d.hidden, generator=g, device="cuda").bfloat16()
+    prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
+    return attn, bank, 4, prefix, torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
+
+
+def _warm(d, rows_list, fmts, block, grid: int, trace: bool) -> list[dict]:
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+    from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
+
+    for fmt in fmts:
+        rw = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
+        for m in rows_list:
+            attn, bank, nvb, prefix, out = _inputs(d, m)
+            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1], grid=grid),
+                                    "cuda", deadline_s=5.0)
+            launch.set_block(**(block or {}))
+            launch.compile(rw, attn, bank, nvb, prefix, out)
+            if trace:
+                launch.trace = torch.full((grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
+                launch.compile(rw, attn, bank, nvb, prefix, out)
+            print(f"K2WARM {fmt} M={m} block {block or 'default'}", flush=True)
+    return []
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2")
     ap.add_argument("--rows", default="1,2,4,8")
@@ -206,12 +234,14 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
     ap.add_argument("--per-sm", type=int, default=1, help="persistent programs an SM (experiment)")
     ap.add_argument("--trace", action="store_true", help="also the in-launch phase profile (eager launches)")
+    ap.add_argument("--warm-only", action="store_true",
+                    help="compile the launches into Triton's cache, time nothing")
     a = ap.parse_args(argv)
     for spec in a.block or [""]:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
-            block=block, per_sm=a.per_sm, trace=a.trace)
+            block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only)
     return 0
 
 

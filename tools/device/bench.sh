@@ -7,9 +7,24 @@
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
 #   bash tools/device/bench.sh sweep-experts  # K2's MXFP4 expert options: register prefetch (XPD), whole-item
 #                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
-# Logs under $OUT.
+# Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
 set -u
 source tools/device/env.sh
+# k2_sweep NAME TIMEOUT FORMATS ROWS BLOCK...: bench k2 over the blocks ("" = the defaults),
+# their launches compiled in parallel first
+# (K2_EXTRA: more bench arguments for both, e.g. --trace)
+k2_sweep() {
+  local name=$1 to=$2 fmts=$3 rows=$4; shift 4
+  local cmds=() args=() b x=${K2_EXTRA:-}
+  for b in "$@"; do
+    cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows $rows --formats $fmts --block '$b' $x --warm-only")
+    args+=(--block "$b")
+  done
+  warm "$OUT/$name-warm.log" "${cmds[@]}"
+  # shellcheck disable=SC2086
+  ( timeout "$to" python3 -m sgl_k3_mono.k2.bench --rows "$rows" --formats "$fmts" --no-phases $x "${args[@]}" 2>&1 \
+      | grep -E "K2BENCH|K2TRACE|device|Error" ) | tee "$OUT/$name.log"
+}
 case "${1:-}" in
   launches)
     ( timeout 120 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4,bf16 --no-phases 2>&1 \
@@ -26,14 +41,16 @@ case "${1:-}" in
         --block PF=4096 --block PF=14336 --block KSX=2,BNF=16,BNH=56,PF=14336 2>&1 | grep -E "K2BENCH|Error" ) \
         | tee "$OUT/k2-sweep.log" ;;
   sweep-k1)
+    k1w="timeout 200 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --warm-only --prefetch"
+    warm "$OUT/k1-warm.log" "$k1w 0" "$k1w 4096" "$k1w 14336"
     for pf in 0 4096 14336; do
       ( timeout 90 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases --prefetch $pf 2>&1 \
           | tail -9 ) | tee -a "$OUT/k1-prefetch.log"
     done ;;
   sweep-experts)
-    ( timeout 420 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases \
-        --block "" --block XPD=1 --block XPD=2 --block XL2=1 --block XL2=2 --block XL2=2,XPD=1 \
-        --block XL2=1,KSX=2 --block XL2=2,KSX=2 --block XPD=1,KSX=2 2>&1 | grep -E "K2BENCH|Error" ) \
-        | tee "$OUT/k2-sweep-experts.log" ;;
+    k2_sweep k2-sweep-experts 300 mxfp4 1,2,4,8 "" XPD=1 XPD=2 XL2=1 XL2=2 XL2=1,XPD=1 XL2=2,XPD=1 KSX=2 KSX=4 \
+      XL2=1,KSX=2 XPD=1,KSX=2 XL2=1,XPD=1,KSX=2 num_warps=16,KSX=2 num_warps=16,KSX=2,XPD=1 STAGES=4 KUD=2
+    k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
+    K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
   *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts" >&2; exit 2 ;;
 esac

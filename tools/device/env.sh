@@ -14,3 +14,13 @@ t() {
   grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [0-9]: exit|assert" "$OUT/$name.log" \
     | cut -c1-600 | tail -14
 }
+# warm LOG CMD...: every CMD (a string; compile-only runs: bench k1/k2 --warm-only) at once
+# in the background, so a sweep's variants compile on the host's cores in parallel and the
+# timed run after it finds them in Triton's cache (16 cores: ~1/16 of the compile time).
+warm() {
+  local log=$1; shift
+  local pids=() c
+  for c in "$@"; do ( eval "$c" ) >> "$log" 2>&1 & pids+=($!); done
+  wait "${pids[@]}"
+  echo "== warm: $# jobs, $(grep -c WARM "$log") variants compiled, $(grep -c Error "$log") errors ($(date -u +%T))"
+}
