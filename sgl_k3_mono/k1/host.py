@@ -188,12 +188,9 @@ class K1Plan:
     def seam_slice(self) -> int:
         """BS: the split seam's slice width, the narrowest (256 or 512 columns) that gives
         every row's slices a program; 0 when none fits (or seam_split is off)."""
-        if not self.seam_split:
-            return 0
-        for bs in (256, 512):
-            if self.rows * -(-self.hidden // bs) <= self.grid:
-                return bs
-        return 0
+        from sgl_k3_mono.runtime.triton_seam import seam_slice
+
+        return seam_slice(self.rows, self.hidden, self.grid) if self.seam_split else 0
 
     @property
     def prefetch_bytes(self) -> int:

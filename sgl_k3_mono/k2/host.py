@@ -17,10 +17,12 @@ import torch
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
+from sgl_k3_mono.runtime.triton_seam import seam_slice
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
+NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
 
 
 def _next_pow2(n: int) -> int:
@@ -245,10 +247,21 @@ class K2Scratch:
     """[grid, M, L] bf16: each program's own copy of the normed latent (the up projection's
     operand; a copy a program, so no grid barrier sits between the norm and the GEMM)."""
     part2: torch.Tensor
+    seam_a: torch.Tensor
+    """[M, H] bf16: TP > 1, the split seam's rank-order sum of the o_proj partials."""
+    seam_mix: torch.Tensor
+    """[M, H] fp32: the split seam's mix, between its second and third step."""
+    seam_parts: torch.Tensor
+    """[M, SP, 2 * 16 + 1] fp32: the split seam's per-slice partial sums (SP at the
+    narrowest slice, the most slices a row can have)."""
+    seam_counters: torch.Tensor
+    """int32 [16]: the split seam's row counters (zero between launches)."""
     sync: torch.Tensor
 
     @classmethod
     def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
+        from sgl_k3_mono.runtime.triton_seam import SLICES
+
         m, h, k = plan.rows, plan.hidden, plan.top_k
         bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
         return cls(
@@ -260,7 +273,10 @@ class K2Scratch:
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
             shared_act=torch.empty(m, plan.shared2 // 2, **bf),
             latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
-            part2=torch.empty(m, plan.latent + h, **bf), sync=torch.zeros(4, dtype=torch.int32, device=device),
+            part2=torch.empty(m, plan.latent + h, **bf), seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
+            seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
+            seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
+            sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
     def nbytes(self) -> int:
@@ -286,12 +302,14 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     option, 0 off) k-blocks of both expert phases loaded that many steps ahead of their
     mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XL2 (an option,
     0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
-    program's next item's too (2). launch_args
-    shrinks tiles that a small model cannot fill."""
+    program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
+    (runtime/triton_seam.py), where the rows' slices fit the grid. launch_args shrinks
+    tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
-    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0)
+    t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0,
+             SEAM_SPLIT=1)
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
     else:
@@ -497,6 +515,9 @@ class K2Launch:
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         self.tiles_used = b
         m = attn_out.shape[0]
+        bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0
+        b["SEAM_SPLIT"] = int(bs > 0)
+        sp = -(-pl.hidden // bs) if bs else 1
         if m != pl.rows or bank.shape[1] != pl.bank_rows or not 0 <= nvb <= pl.bank_rows or pl.bank_rows > 15:
             raise ValueError(f"K2Launch: rows {m} / bank {tuple(bank.shape)} / nvb {nvb} do not fit {pl}")
         moe = w.moe
@@ -516,7 +537,8 @@ class K2Launch:
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
-            s.shared_act, s.latent_normed, *self._partials2(), out, *self._peer_args(),
+            s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
+            out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync,
         )
@@ -528,13 +550,13 @@ class K2Launch:
             DENSE_GEMV=bool(b["DENSE_GEMV"]), EXPERT_GEMV=bool(b["EXPERT_GEMV"]), MX4D=bool(b.get("MX4D", 1)),
             XU=b.get("XU", 0) if b["EXPERT_GEMV"] else 0,
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
-            BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=16,
+            BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=NBB,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
-            TRACE=self.trace is not None,
+            TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
         )
         return args, meta
 
@@ -579,9 +601,10 @@ class K2Launch:
         grid = (self.plan.grid,)
         if phase is None:
             k2_kernel[grid](*args, PHASE=-1, **meta)
-        elif phase == "all":
-            for p in range(len(PHASES)):
-                k2_kernel[grid](*args, PHASE=p, **meta)
-        else:
-            k2_kernel[grid](*args, PHASE=int(phase), **meta)
+            return out
+        for p in range(len(PHASES)) if phase == "all" else (int(phase),):
+            # phased, the split seam is three launches of phase 1 (its row waits exist in
+            # the persistent launch only)
+            for step in range(3) if p == 1 and meta["SEAM_SPLIT"] else (0,):
+                k2_kernel[grid](*args, PHASE=p, SEAM_STEP=step, **meta)
         return out

@@ -38,6 +38,13 @@ CPU_CASES = [
     # o_proj / latent_up tiles of BNH < BN rows (the last one ragged), the front's own BNF
     Case("k3-tiny", 4, "mxfp4", "sm_90", nvb=2, seed=12, tiles="BNH=48,BNF=16"),
     Case("k3-tiny", 3, "bf16", "sm_90", nvb=1, tp=2, seed=13, tiles="BNH=40"),
+    # the split seam over 4 programs a row (H 1024 in 256-column slices on the 4-program
+    # grid; k3-tiny's rows take one slice each, or the one-program seam from 5 rows), after
+    # a prefix add, after a block write, and over the ranks' summed partials
+    Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=14),
+    Case("k3-small", 1, "mxfp4", "sm_90", nvb=3, prefix=False, seed=15),
+    Case("k3-small", 1, "bf16", "gfx950", nvb=1, tp=2, seed=16),
+    Case("k3-tiny", 2, "bf16", "sm_90", nvb=2, seed=17, tiles="SEAM_SPLIT=0"),
 ]
 
 

@@ -38,6 +38,7 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
+from sgl_k3_mono.runtime.triton_seam import seam_p_row, split_seam_persistent, split_seam_step
 from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns, wait_geq
 
 PHASES = ("seam", "in_proj", "kda")
@@ -64,20 +65,6 @@ def _row_score(row_ptr, wproj_ptr, wsn_ptr, eps, H: tl.constexpr, BLOCK_H: tl.co
         dot += v * cw
         ss += v * v
     return tl.sum(dot, axis=0) / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
-
-
-@triton.jit
-def _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr):
-    """Where p (the prefix after the pending add) lives from here on: the bank row it is
-    banked into, the caller's residual, or the prefix itself when nothing changes it."""
-    if WRITE_BANK:
-        p_row = bank_ptr + row * s_bm + nvb * s_bj
-    elif WRITE_RESID:
-        p_row = resid_ptr + row * s_rm
-    else:
-        p_row = prefix_ptr + row * s_pm
-    return p_row
 
 
 @triton.jit
@@ -115,8 +102,8 @@ def _phase_seam(pid, nprog, M, nvb, eps,
     offs = tl.arange(0, BLOCK_H)
     jj = tl.arange(0, NBP)
     for row in range(pid, M, nprog):
-        p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                            WRITE_BANK, WRITE_RESID)
+        p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                           WRITE_BANK, WRITE_RESID)
         if WRITE_BANK or WRITE_RESID:
             _seam_store_p(prefix_ptr + row * s_pm, contrib_ptr + row * s_cm, p_row, H, BLOCK_H, HAS_CONTRIB)
 
@@ -150,101 +137,6 @@ def _phase_seam(pid, nprog, M, nvb, eps,
         rstd = 1.0 / tl.sqrt(tl.sum(ss, axis=0) / H + eps)
         tl.debug_barrier()
         _seam_store_h(mix_ptr + row * H, won_ptr, h_ptr + row * H, rstd, H, BLOCK_H)
-
-
-# The persistent launch spreads each row's seam over SP programs, one H-slice of BS
-# columns each (program r * SP + s: row r, slice s), instead of one program walking the
-# row: the single-program seam is a chain of dependent loads (a pass a bank row) while
-# the rest of the grid waits at the barrier. Three steps, each a pass over the program's
-# own slice: (A) p, and the slice's partial score sums of every mixed row; (C) the
-# scores from all SP partials (summed in slice order: every program and every replay
-# sums alike), the softmax and the mix; (D) the row's sum of squares from all SP
-# partials, and h. Between steps a row-local bounded wait (the persistent launch), or a
-# launch boundary (the phased launch runs the steps as three launches of phase 0).
-
-@triton.jit
-def _split_mixed_rows(bank_row, s_bj, p_row, nvb, cols, cm, NBP: tl.constexpr):
-    """[NBP, BS] fp32: slice `cols` of bank rows 0..nvb-1, then p (row nvb), zero past it."""
-    rj = tl.arange(0, NBP)[:, None]
-    v = tl.load(bank_row + rj * s_bj + cols[None, :], mask=(rj < nvb) & cm[None, :], other=0.0).to(tl.float32)
-    vp = tl.load(p_row + cols, mask=cm, other=0.0).to(tl.float32)
-    return tl.where(rj == nvb, vp[None, :], v)
-
-
-@triton.jit
-def _split_seam_step(pid, M, nvb, eps,
-                     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                     STEP: tl.constexpr, H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr,
-                     SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
-                     WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
-    """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
-    live in spart [M, SP, 2 * NBP + 1] fp32: score dots, sums of squares, mix sum of squares."""
-    row = pid // SP
-    sl = pid % SP
-    cols = sl * BS + tl.arange(0, BS)
-    cm = cols < H
-    rj = tl.arange(0, NBP)
-    PW: tl.constexpr = 2 * NBP + 1
-    mine = spart_ptr + (row * SP + sl) * PW
-    p_row = _seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
-    if STEP == 0:
-        if WRITE_BANK or WRITE_RESID:  # p = bf16(prefix + contribution) where it lives from now on
-            p = tl.load(prefix_ptr + row * s_pm + cols, mask=cm, other=0.0).to(tl.float32)
-            if HAS_CONTRIB:
-                p += tl.load(contrib_ptr + row * s_cm + cols, mask=cm, other=0.0).to(tl.float32)
-            tl.store(p_row + cols, p.to(tl.bfloat16), mask=cm)
-            tl.debug_barrier()
-        v = _split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
-        cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
-            tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
-        tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
-    elif STEP == 1:
-        qq = tl.arange(0, SPP)[:, None]
-        parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
-        dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-        sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-        scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
-        e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
-        alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
-        v = _split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
-        mix = tl.sum(alpha[:, None] * v, axis=0)
-        if ROUND_MIX:
-            mix = mix.to(tl.bfloat16).to(tl.float32)
-        tl.store(mix_ptr + row * H + cols, mix, mask=cm)
-        tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
-    else:
-        qq = tl.arange(0, SPP)
-        ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
-                            cache_modifier=".cg"), axis=0)
-        rstd = 1.0 / tl.sqrt(ss / H + eps)
-        x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
-        w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        tl.store(h_ptr + row * H + cols, (x * rstd * w).to(tl.bfloat16), mask=cm)
-
-
-@triton.jit
-def _split_seam_persistent(pid, M, nvb, eps,
-                           prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                           wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
-                           t0, deadline_ns, err_addr, rank, layer,
-                           H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
-                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
-                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr):
-    """Steps A, C, D with a bounded row-local wait after A and after C (phase 0's name on
-    expiry). The row counters go back to 0 in phase 1, after the grid barrier."""
-    if pid < M * SP:
-        cnt = scnt_ptr + pid // SP
-        for step in tl.static_range(3):
-            _split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
-                             resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
-            if step < 2:
-                tl.debug_barrier()
-                tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-                wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, 0, 0, "gpu", HIP)
-                tl.debug_barrier()
 
 
 # ---- phase 1: the in-projection GEMV -----------------------------------------------------
@@ -527,17 +419,18 @@ def k1_kernel(
         if PF > 0:  # HBM idles through the seam: the head of this program's first in-projection tile into L2
             _prefetch_first_tile(pid, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, 4 * P, D, HL, BN, BN_EFF, PF, NT)
     if (PHASE == -1) and SEAM_SPLIT:
-        _split_seam_persistent(pid, M, nvb, eps,
-                               prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                               wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
-                               t0, deadline_ns, err_addr, rank, layer,
-                               H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP)
+        split_seam_persistent(pid, M, nvb, eps,
+                              prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                              wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
+                              t0, deadline_ns, err_addr, rank, layer,
+                              H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP,
+                              0, 0)  # launch K1 (LAUNCH_ID), phase seam
     elif (PHASE == 0) and SEAM_SPLIT:  # one step a launch (SEAM_STEP), no waits
         if pid < M * SP:
-            _split_seam_step(pid, M, nvb, eps,
-                             prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                             wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                             SEAM_STEP, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+            split_seam_step(pid, M, nvb, eps,
+                            prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                            wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                            SEAM_STEP, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
     elif (PHASE == -1) or (PHASE == 0):
         _phase_seam(pid, nprog, M, nvb, eps,
                     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,

@@ -5,7 +5,8 @@ With PHASE = p the same code runs phase p alone, as its own launch: the interpre
 tests run K2 that way on the CPU, and the benchmark times the phases that way.
 
   0 o_proj       a_r = bf16(o_r @ Wo^T)                     tiles of H rows of Wo
-  1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   one program a row
+  1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   each row over SP programs
+                 (SEAM_SPLIT, runtime/triton_seam.py: one H-slice each, row-local waits) or one program a row
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
                  the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
@@ -38,6 +39,7 @@ from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, 
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
+from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
@@ -114,6 +116,53 @@ def _wait_peers(flag_ptr, slot, tag, TP: tl.constexpr, t0, deadline_ns, err_addr
         wait_eq(theirs + slot, tag, t0, deadline_ns, err_addr, rank, layer, 1, phase, "sys", HIP)
 
 
+@triton.jit
+def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr, prefix_ptr, bank_ptr,
+                p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
+                t0, deadline_ns, err_addr, rank, layer,
+                H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
+                EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr, PERSISTENT: tl.constexpr,
+                STEP: tl.constexpr, HIP: tl.constexpr):
+    """The seam of phase 1 over SP programs a row (program pid < M * SP: row pid // SP,
+    slice pid % SP), through the split seam K1 runs too: a (at TP > 1 this slice's
+    rank-order sum of the peers' partials, bf16, into sa) is the contribution added to
+    the prefix (has_prefix) or is p itself; p goes to p_ptr, h2 to h2_ptr. PERSISTENT:
+    all three steps with the row waits; else step STEP alone (the phased launch)."""
+    if pid < M * SP:
+        contrib = part1_ptr
+        if TP > 1:
+            contrib = sa_ptr
+            if PERSISTENT or STEP == 0:
+                row = pid // SP
+                cols = (pid % SP) * BS + tl.arange(0, BS)
+                a = tl.zeros((BS,), tl.float32)
+                for q in tl.static_range(TP):  # rank order: every rank sums alike
+                    peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
+                    a += tl.load(peer + row * H + cols, mask=cols < H, other=0.0).to(tl.float32)
+                tl.store(sa_ptr + row * H + cols, a.to(tl.bfloat16), mask=cols < H)
+                tl.debug_barrier()  # the seam's first step reads the slice back in its own layout
+        if has_prefix != 0:
+            if PERSISTENT:
+                split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
+                                      proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
+                                      t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
+                                      True, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
+            else:
+                split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
+                                proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
+                                STEP, H, NBB, BS, SP, SPP, True, False, True, MIX_BF16)
+        else:  # a block write restarted the residual: p = a
+            if PERSISTENT:
+                split_seam_persistent(pid, M, nvb, EPS, contrib, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
+                                      proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
+                                      t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
+                                      False, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
+            else:
+                split_seam_step(pid, M, nvb, EPS, contrib, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
+                                proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
+                                STEP, H, NBB, BS, SP, SPP, False, False, True, MIX_BF16)
+
+
 # ---------------------------------------------------------------------------------------
 # the launch
 
@@ -139,7 +188,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, xnorm_ptr, part2_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -159,6 +208,8 @@ def k2_kernel(
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XL2: tl.constexpr = 0,
+    SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
+    SEAM_STEP: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -187,6 +238,7 @@ def k2_kernel(
             tr = tl.arange(0, NT // KSX)
             qrow_r = (tr // 32) * 16 + (tr % 32) // 4
             qc_r = tr % 4
+    epoch = 0
     if TP > 1:
         # this launch's epoch: the parity slot of the partials and the ready tag
         epoch = tl.load(sync_ptr + EPOCH)
@@ -225,50 +277,59 @@ def k2_kernel(
                         l2_prefetch_rows(wr_ptr + (n0 - S2) * s_wr, s_wr * 2, BNF, BNF, PF, NT)
                     else:
                         l2_prefetch_rows(wdn_ptr + (n0 - S2 - E) * s_wdn, s_wdn * 2, BNF, BNF, PF, NT)
-        rh = tl.arange(0, BH)
-        hm = rh < H
-        cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
-            tl.load(proj_ptr + rh, mask=hm, other=0.0).to(tl.float32)
-        ow = tl.load(onorm_ptr + rh, mask=hm, other=0.0).to(tl.float32)
-        jb = tl.arange(0, NBB)
         if TP > 1:
             if PERSISTENT:
-                if pid < M:
+                if pid < (M * SP if SEAM_SPLIT else M):
                     _wait_peers(flag_ptr, epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 1, HIP)
-        for r in range(pid, M, nprog):
-            if TP > 1:
-                a = tl.zeros((BH,), tl.float32)
-                for q in tl.static_range(TP):  # rank order: every rank sums alike
-                    peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
-                    a += tl.load(peer + r * H + rh, mask=hm, other=0.0).to(tl.float32)
-                a = a.to(tl.bfloat16).to(tl.float32)
-            else:
-                a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32)
-                a = a.to(tl.bfloat16).to(tl.float32)
-            p = a
-            if has_prefix != 0:
-                p = (tl.load(prefix_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32) + a)
-                p = p.to(tl.bfloat16).to(tl.float32)
-            tl.store(p_ptr + r * H + rh, p.to(tl.bfloat16), mask=hm)
-            # scores of the nvb bank rows (slots 0..nvb-1) and the prefix (slot nvb)
-            sp = tl.sum(p * cw, axis=0) / tl.sqrt(tl.sum(p * p, axis=0) / H + EPS)
-            scores = tl.where(jb == nvb, sp, float("-inf"))
-            for j in range(0, nvb):
-                v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
-                sj = tl.sum(v * cw, axis=0) / tl.sqrt(tl.sum(v * v, axis=0) / H + EPS)
-                scores = tl.where(jb == j, sj, scores)
-            alpha = tl.exp(scores - tl.max(scores, axis=0))
-            alpha = alpha / tl.sum(alpha, axis=0)
-            mix = tl.sum(tl.where(jb == nvb, alpha, 0.0), axis=0) * p
-            for j in range(0, nvb):
-                v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
-                mix += tl.sum(tl.where(jb == j, alpha, 0.0), axis=0) * v
-            if MIX_BF16:
-                mix = mix.to(tl.bfloat16).to(tl.float32)
-            h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
-            tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
+        if SEAM_SPLIT:
+            _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr,
+                        prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
+                        scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
+                        PERSISTENT, SEAM_STEP, HIP)
+        else:
+            rh = tl.arange(0, BH)
+            hm = rh < H
+            cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
+                tl.load(proj_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+            ow = tl.load(onorm_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+            jb = tl.arange(0, NBB)
+            for r in range(pid, M, nprog):
+                if TP > 1:
+                    a = tl.zeros((BH,), tl.float32)
+                    for q in tl.static_range(TP):  # rank order: every rank sums alike
+                        peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
+                        a += tl.load(peer + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+                    a = a.to(tl.bfloat16).to(tl.float32)
+                else:
+                    a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+                    a = a.to(tl.bfloat16).to(tl.float32)
+                p = a
+                if has_prefix != 0:
+                    p = (tl.load(prefix_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32) + a)
+                    p = p.to(tl.bfloat16).to(tl.float32)
+                tl.store(p_ptr + r * H + rh, p.to(tl.bfloat16), mask=hm)
+                # scores of the nvb bank rows (slots 0..nvb-1) and the prefix (slot nvb)
+                sp = tl.sum(p * cw, axis=0) / tl.sqrt(tl.sum(p * p, axis=0) / H + EPS)
+                scores = tl.where(jb == nvb, sp, float("-inf"))
+                for j in range(0, nvb):
+                    v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
+                    sj = tl.sum(v * cw, axis=0) / tl.sqrt(tl.sum(v * v, axis=0) / H + EPS)
+                    scores = tl.where(jb == j, sj, scores)
+                alpha = tl.exp(scores - tl.max(scores, axis=0))
+                alpha = alpha / tl.sum(alpha, axis=0)
+                mix = tl.sum(tl.where(jb == nvb, alpha, 0.0), axis=0) * p
+                for j in range(0, nvb):
+                    v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
+                    mix += tl.sum(tl.where(jb == j, alpha, 0.0), axis=0) * v
+                if MIX_BF16:
+                    mix = mix.to(tl.bfloat16).to(tl.float32)
+                h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
+                tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
         if PERSISTENT:
             grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 1, HIP)
+            if SEAM_SPLIT:  # every row wait is over (barrier 1): the row counters start again at 0
+                if pid == 0:
+                    tl.store(scnt_ptr + tl.arange(0, 16), 0, mask=tl.arange(0, 16) < M)
 
     # -- 2: the MoE front: [shared gate_up | router | latent down] ---------------------
     if PERSISTENT or PHASE == 2:

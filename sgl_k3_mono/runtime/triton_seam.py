@@ -1,0 +1,134 @@
+"""The attention-residual seam split over several programs a row (Triton), shared by K1
+(the attention-side seam) and K2 (the FFN-side seam): the same arithmetic on the same
+kinds of rows, so one device function serves both launches.
+
+The persistent launch spreads each row's seam over SP programs, one H-slice of BS
+columns each (program r * SP + s: row r, slice s), instead of one program walking the
+row: the single-program seam is a chain of dependent loads (a pass a bank row) while
+the rest of the grid waits at the barrier. Three steps, each a pass over the program's
+own slice: (A) p, and the slice's partial score sums of every mixed row; (C) the
+scores from all SP partials (summed in slice order: every program and every replay
+sums alike), the softmax and the mix; (D) the row's sum of squares from all SP
+partials, and h. Between steps a row-local bounded wait (the persistent launch), or a
+launch boundary (the phased launch runs the steps as three launches of phase 0).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from sgl_k3_mono.runtime.triton_sync import wait_geq
+
+SLICES = (256, 512)
+"""The split seam's slice widths, narrowest first."""
+
+
+def seam_slice(rows: int, hidden: int, grid: int) -> int:
+    """BS: the narrowest slice width that gives every slice of every row a program of the
+    grid (the most programs at work, each pass the shortest); 0 when none fits."""
+    for bs in SLICES:
+        if rows * -(-hidden // bs) <= grid:
+            return bs
+    return 0
+
+
+@triton.jit
+def seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+               WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr):
+    """Where p (the prefix after the pending add) lives from here on: the bank row it is
+    banked into, the caller's residual, or the prefix itself when nothing changes it."""
+    if WRITE_BANK:
+        p_row = bank_ptr + row * s_bm + nvb * s_bj
+    elif WRITE_RESID:
+        p_row = resid_ptr + row * s_rm
+    else:
+        p_row = prefix_ptr + row * s_pm
+    return p_row
+
+
+@triton.jit
+def split_mixed_rows(bank_row, s_bj, p_row, nvb, cols, cm, NBP: tl.constexpr):
+    """[NBP, BS] fp32: slice `cols` of bank rows 0..nvb-1, then p (row nvb), zero past it."""
+    rj = tl.arange(0, NBP)[:, None]
+    v = tl.load(bank_row + rj * s_bj + cols[None, :], mask=(rj < nvb) & cm[None, :], other=0.0).to(tl.float32)
+    vp = tl.load(p_row + cols, mask=cm, other=0.0).to(tl.float32)
+    return tl.where(rj == nvb, vp[None, :], v)
+
+
+@triton.jit
+def split_seam_step(pid, M, nvb, eps,
+                    prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                    wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                    STEP: tl.constexpr, H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr,
+                    SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
+                    WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
+    """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
+    live in spart [M, SP, 2 * NBP + 1] fp32: score dots, sums of squares, mix sum of squares."""
+    row = pid // SP
+    sl = pid % SP
+    cols = sl * BS + tl.arange(0, BS)
+    cm = cols < H
+    rj = tl.arange(0, NBP)
+    PW: tl.constexpr = 2 * NBP + 1
+    mine = spart_ptr + (row * SP + sl) * PW
+    p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
+    if STEP == 0:
+        if WRITE_BANK or WRITE_RESID:  # p = bf16(prefix + contribution) where it lives from now on
+            p = tl.load(prefix_ptr + row * s_pm + cols, mask=cm, other=0.0).to(tl.float32)
+            if HAS_CONTRIB:
+                p += tl.load(contrib_ptr + row * s_cm + cols, mask=cm, other=0.0).to(tl.float32)
+            tl.store(p_row + cols, p.to(tl.bfloat16), mask=cm)
+            tl.debug_barrier()
+        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
+        cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
+            tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+        tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
+        tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
+    elif STEP == 1:
+        qq = tl.arange(0, SPP)[:, None]
+        parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
+        dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
+        e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
+        alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
+        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
+        mix = tl.sum(alpha[:, None] * v, axis=0)
+        if ROUND_MIX:
+            mix = mix.to(tl.bfloat16).to(tl.float32)
+        tl.store(mix_ptr + row * H + cols, mix, mask=cm)
+        tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
+    else:
+        qq = tl.arange(0, SPP)
+        ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
+                            cache_modifier=".cg"), axis=0)
+        rstd = 1.0 / tl.sqrt(ss / H + eps)
+        x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
+        w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+        tl.store(h_ptr + row * H + cols, (x * rstd * w).to(tl.bfloat16), mask=cm)
+
+
+@triton.jit
+def split_seam_persistent(pid, M, nvb, eps,
+                          prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+                          wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
+                          t0, deadline_ns, err_addr, rank, layer,
+                          H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
+                          SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
+                          WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
+                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0):
+    """Steps A, C, D with a bounded row-local wait after A and after C (on expiry the
+    failure names launch LAUNCH, phase PHASE: runtime.failure's numbering). The caller
+    puts the row counters back to 0 after its next grid barrier."""
+    if pid < M * SP:
+        cnt = scnt_ptr + pid // SP
+        for step in tl.static_range(3):
+            split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
+                             resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+            if step < 2:
+                tl.debug_barrier()
+                tl.atomic_add(cnt, 1, sem="release", scope="gpu")
+                wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
+                tl.debug_barrier()
