@@ -17,6 +17,7 @@ TP 1 on one GPU: no all-reduce on either side.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 from typing import Callable, Optional
 
@@ -30,6 +31,7 @@ def _graph_time_us(fn: Callable[[], None], iters: int = 200, reps: int = 7) -> f
     return graph_time_us(fn, iters=iters, reps=reps)
 
 
+@functools.lru_cache(maxsize=None)
 def copy_bandwidth_gb_s(gib: float = 4.0) -> tuple[float, float]:
     """(copy, read) bandwidth in GB/s: (read + write bytes) / time of a large D2D copy,
     and bytes / time of a read-only fp32-accumulated sum (what a weight stream does)."""
@@ -137,7 +139,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
-    from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
+    from sgl_k3_mono.k2.synthetic import tp8_rank_dims
     from sgl_k3_mono.k2.triton.kernel import PHASES
 
     d = tp8_rank_dims()
@@ -156,8 +158,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
           f"{seam_kind(d.hidden, 'cuda')}")
     results = []
     for fmt in fmts:
-        w = random_k2_weights(d, fmt=fmt, device="cuda", seed=1)
-        rw = w.shard(0, 1)
+        rw = _rank_weights(d, fmt)
         for m in rows_list:
             attn, bank, nvb, prefix, out = _inputs(d, m)
             launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1],
@@ -205,13 +206,25 @@ def _inputs(d, m: int):
     return attn, bank, 4, prefix, torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
 
 
+_WEIGHTS: dict = {}
+
+
+def _rank_weights(d, fmt: str):
+    """One real-size random layer a format, built once a process (a sweep's blocks share
+    it: building it costs more than timing a block)."""
+    if fmt not in _WEIGHTS:
+        from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+        _WEIGHTS[fmt] = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
+    return _WEIGHTS[fmt]
+
+
 def _warm(d, rows_list, fmts, block, grid: int, trace: bool) -> list[dict]:
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
-    from sgl_k3_mono.k2.synthetic import random_k2_weights
     from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
 
     for fmt in fmts:
-        rw = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
+        rw = _rank_weights(d, fmt)
         for m in rows_list:
             attn, bank, nvb, prefix, out = _inputs(d, m)
             launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1], grid=grid),

@@ -337,9 +337,14 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     (KSX) stays off: faster in the tenth session's sweep (MXFP4, a TP-8 rank: 134 us
     against 146 at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at
     4 rows with 2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real
-    MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md)."""
+    MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
+    experts load each k-block one step ahead (XPD 1: 142 / 155 / 206 / 289 us against
+    150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session; the same arithmetic,
+    so the same bits). Four pipeline stages (STAGES 4) measured 1-5 % faster with bf16
+    experts on the H200's Triton 3.6, but a newer Triton lays the same build out in 240 KB
+    of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
-        return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
+        return dict(k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True), XPD=1)
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)

@@ -149,21 +149,25 @@ def test_k2_gpu_real_tp8_rank_shapes(case):
 
 @pytest.mark.gpu
 def test_k2_gpu_expert_options_against_the_default_launch():
-    """The expert options against the default launch on the same weights and inputs (real
-    TP-8 rank shapes, M 4, MXFP4): the register and L2 prefetches change no arithmetic,
-    so their output is bitwise the default's; the K split sums two fp32 halves, so its
-    output may differ by bf16 roundings, within a few steps of each row's scale (the
-    forward broke its KL bound once with it: docs/evidence/k2-sm90.md)."""
+    """The launch options against the plain launch (no register prefetch, the one-program
+    seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
+    register and L2 prefetches and deeper dense pipelines change no arithmetic, so their
+    output is bitwise the plain one's; the K split sums two fp32 halves and the split
+    seam sums its slices' partials, so theirs may differ by bf16 roundings, within a few
+    steps of each row's scale (the forward broke its KL bound once with the K split:
+    docs/evidence/k2-sm90.md). "" is the default launch (XPD 1, the split seam)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36)
+    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36, tiles="XPD=0,SEAM_SPLIT=0")
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
-    for tiles, bitwise in (("XPD=1", True), ("XPD=2", True), ("XL2=2", True), ("KSX=2", False)):
+    for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=2,SEAM_SPLIT=0", True),
+                           ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
+                           ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2OPT {tiles}: against the default launch max_abs={diff.max().item():.4g} "

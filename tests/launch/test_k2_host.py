@@ -213,8 +213,9 @@ def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
 def test_experts_up_k_split_tiles(ksx, bi, kux):
     """KSX warp groups split experts_up's K: a warp keeps its 16 rows a tile, so an item
     has 1/KSX of the rows (more items where few experts are routed), and each group's K
-    share must be whole loop steps (KUX shrinks to fit: 28 k-blocks at L 3584)."""
-    t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx)
+    share must be whole loop steps (KUX shrinks to fit: 28 k-blocks at L 3584; the plain
+    loop, without the default register prefetch, which steps one k-block at a time)."""
+    t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx, XPD=0)
     b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (b["MMA"], b["BI"], b["KUX"]) == (1, bi, kux)
     # 28 k-blocks cannot split 8 ways: 4 groups instead, not the dot_scaled tiles
@@ -223,8 +224,12 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
 
 
 def test_expert_register_prefetch_steps_one_k_block():
-    """XPD (the experts' register prefetch, an option) walks K one k-block a step, so the
-    KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4."""
+    """XPD (the experts' register prefetch: 1 by default, 2 an option) walks K one k-block
+    a step, so the KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4."""
+    for m in (1, 2, 8):
+        d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
+                           latent=3584, inter=384, mma=True)
+        assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 1, 1), d
     t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
     f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f

@@ -7,9 +7,13 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD
 mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git log is stale: record the commit here)
+# (XDIST=N: N pytest workers, pytest-xdist from the .whl folder: the tests compile their
+# launches on the host's cores in parallel; a GPU test's numbers do not depend on it)
 t() {
   local name=$1 to=$2; shift 2
-  ( timeout "$to" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "$@" 2>&1 ) > "$OUT/$name.log"
+  local par=()
+  [ -n "${XDIST:-}" ] && par=(-n "$XDIST")
+  ( timeout "$to" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "${par[@]}" "$@" 2>&1 ) > "$OUT/$name.log"
   echo "== $name (rc $?)"
   grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [0-9]: exit|assert" "$OUT/$name.log" \
     | cut -c1-600 | tail -14
