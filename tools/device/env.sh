@@ -11,9 +11,9 @@ date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git lo
 # launches on the host's cores in parallel; a GPU test's numbers do not depend on it)
 t() {
   local name=$1 to=$2; shift 2
-  local par=()
-  [ -n "${XDIST:-}" ] && par=(-n "$XDIST")
-  ( timeout "$to" python3 -m pytest -q -s -p no:cacheprovider -rf --tb=short "${par[@]}" "$@" 2>&1 ) > "$OUT/$name.log"
+  local par=(-s -rf)  # a worker's prints reach the log only as its passed tests' captured output
+  [ -n "${XDIST:-}" ] && par=(-n "$XDIST" -rfP)
+  ( timeout "$to" python3 -m pytest -q -p no:cacheprovider --tb=short "${par[@]}" "$@" 2>&1 ) > "$OUT/$name.log"
   echo "== $name (rc $?)"
   grep -E "K1GPU|K2GPU|STEPCMP|K1 vs SGLang|passed|failed|FAILED|Error|rank [0-9]: exit|assert" "$OUT/$name.log" \
     | cut -c1-600 | tail -14
