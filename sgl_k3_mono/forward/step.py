@@ -64,7 +64,8 @@ def run_hidden(model: StepModel, plan: StepPlan, bufs: StepBuffers, hooks: StepH
             io = K1IO(prefix=prefix, bank=bufs.bank, nvb=lr.nvb, write=lr.write, slots=st.slots,
                       conv_pool=st.conv_pool, ssm_pool=st.ssm_pool, out=bufs.k1_out, contribution=add,
                       residual=resid, verify_conv=st.verify_conv, verify_ssm=st.verify_ssm,
-                      verify_index=st.verify_index, pad_slot=st.pad_slot)
+                      verify_index=st.verify_index, pad_slot=st.pad_slot,
+                      l2_next=lr.k2.o_proj if lr.k2 is not None else None)
             launches.k1(plan, bufs, lr.k1, io, layer=lr.index, deadline_s=deadline_s)
             attn_out = bufs.k1_out
             p = None if lr.write else (resid if resid is not None else prefix)

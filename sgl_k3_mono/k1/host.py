@@ -118,6 +118,9 @@ class K1Plan:
     """Bytes of each in-projection weight row of a program's first tile asked into L2 as
     the launch starts, while the seam keeps HBM idle (sm_90 PTX; 0: none). Fitted to
     whole 16-byte pieces, one a thread, within the row."""
+    l2_next: bool = True
+    """Ask L2 for the call's `K1IO.l2_next` rows during the KDA phase (sm_90 PTX; the
+    persistent launch only; a call without them asks for nothing)."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -384,6 +387,10 @@ class K1IO:
     verify_index: int = 0
     pad_slot: Optional[int] = None
     """A slot index that also marks padding (gfx950's 0), besides < 0."""
+    l2_next: Optional[torch.Tensor] = None
+    """A 2-D tensor the next launch reads first (the layer's o_proj weight, K2's first
+    phase): with the plan's `l2_next`, K1 asks L2 for it whole as its KDA phase starts,
+    while the recurrence leaves HBM idle. A hint: nothing waits on it, nothing changes."""
 
 
 def _check_io(plan: K1Plan, io: K1IO) -> None:
@@ -439,6 +446,7 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
     resid = io.residual if write_resid else io.prefix
     stall = Stall.from_env()
     stall_phase = stall.phase_index(plan.rank, layer, "k1", PHASES) if stall is not None else -1
+    nx_args, cx["NXR"], cx["NXB"] = _l2_next(plan, io.l2_next, sc)
     args = (
         io.prefix, io.prefix.stride(0), contrib, contrib.stride(0), io.bank, io.bank.stride(0), io.bank.stride(1),
         resid, resid.stride(0),
@@ -452,13 +460,35 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
         io.out, io.out.stride(0),
         sc.h, sc.mix, sc.proj, sc.opre, sc.counters, sc.seam_parts, sc.seam_counters,
         sc.sync, sc.record.address, deadline_ns(deadline_s), stall_phase, plan.rank, layer,
-        plan.rows,
+        plan.rows, *nx_args,
     )
     flags = dict(HAS_CONTRIB=io.contribution is not None, WRITE_BANK=bool(io.write), WRITE_RESID=write_resid)
     if cx["PF"] and (torch.version.hip is not None or os.environ.get("TRITON_INTERPRET") == "1" or any(
             t.data_ptr() % 16 or t.stride(0) % 8 for t in (views.qkvg, views.f_a, views.b))):
         cx["PF"] = 0  # the bulk prefetch is sm_90 PTX on 16-byte rows
     return args, dict(**cx, **flags, num_warps=plan.num_warps)
+
+
+def _l2_next(plan: K1Plan, t: Optional[torch.Tensor], sc: K1Scratch) -> tuple[tuple, int, int]:
+    """The kernel's (nx_ptr, nx_stride, nx_rows, nx_per) and its NXR / NXB constexprs: each
+    program asks L2 for nx_per rows of `t` (NXR, a power of two, in registers) and NXB
+    bytes of each (the row cut into whole 16-byte pieces, one a thread). (placeholders, 1,
+    0): nothing asked, where there is nothing to ask for or no PTX to ask with."""
+    none = (sc.sync, 0, 0, 0), 1, 0
+    if (t is None or not plan.l2_next or t.dim() != 2 or t.dtype != torch.bfloat16 or not t.is_cuda
+            or torch.version.hip is not None
+            or os.environ.get("TRITON_INTERPRET") == "1"):
+        return none
+    row_bytes, stride_bytes = t.shape[1] * t.element_size(), t.stride(0) * t.element_size()
+    if t.stride(1) != 1 or t.data_ptr() % 16 or stride_bytes % 16:
+        return none
+    per = -(-t.shape[0] // plan.grid)
+    r = _next_pow2(per)
+    pieces = max(32 * plan.num_warps // r, 1)
+    nxb = row_bytes // (16 * pieces) * (16 * pieces)
+    if nxb == 0:
+        return none
+    return (t, t.stride(0), t.shape[0], per), r, nxb
 
 
 def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,

@@ -172,6 +172,39 @@ def graph_replays_bitwise(mode: str, impl: str) -> None:
     assert int(scratch.counters.abs().sum()) == 0 and int(scratch.sync[:2].abs().sum()) == 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,rows", [("decode", 2), ("verify", 8)])
+def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
+    """K1IO.l2_next (the layer's o_proj, asked into L2 as the KDA phase starts): the launch
+    asking for it writes bitwise what the launch without it writes, from the same states."""
+    import dataclasses as dc
+
+    import torch
+
+    from sgl_k3_mono.k1.host import launch_args, run_k1
+
+    keep: dict = {}
+    run_case(Case(f"l2 next {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=71, phased=False), "cuda",
+             scratch_keep=keep)
+    plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
+    wo = torch.randn(7168, 1536, device="cuda").bfloat16()  # a TP-8 rank's o_proj
+    nx = dc.replace(io, l2_next=wo)
+    assert launch_args(plan, views, nx, scratch, layer=3, deadline_s=10)[1]["NXB"] > 0  # it does ask
+    assert launch_args(plan, views, io, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0
+    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
+    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
+        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
+    got = []
+    for x in (io, nx):
+        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
+        io.out.fill_(float("nan"))
+        run_k1(plan, views, x, scratch=scratch, layer=3)
+        torch.cuda.synchronize()
+        got.append([t.clone() for t in written(x)])
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+
+
 _STALL_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path[:0] = [{here!r}, {root!r}]

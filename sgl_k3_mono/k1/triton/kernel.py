@@ -27,6 +27,9 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              head's 64 KB of state to several SMs). The last item of a (row, head) to
              finish (an atomic counter, no barrier) writes the q/k conv windows and the
              gated output RMSNorm, which needs all 128 outputs of the head.
+             As the phase starts, each program asks L2 for its share of the rows the
+             next launch reads first (NXB > 0: K1IO.l2_next, the layer's o_proj), so
+             K2's first phase finds them there while the recurrence leaves HBM idle.
 
 Roundings are the reference's (sgl_k3_mono/k1/reference.py): bf16 where SGLang stores
 bf16 (prefix, mix on sm_90, h, proj, f, conv output, o, output); fp32 elsewhere.
@@ -399,6 +402,8 @@ def k1_kernel(
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, stall_phase, rank, layer,
     M,
+    # the next launch's first weights, asked into L2 during the KDA phase (NXB > 0)
+    nx_ptr, nx_stride, nx_rows, nx_per,
     H: tl.constexpr, HL: tl.constexpr, D: tl.constexpr, KW: tl.constexpr,
     BLOCK_H: tl.constexpr, NBP: tl.constexpr,
     HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr, WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr,
@@ -407,6 +412,7 @@ def k1_kernel(
     PHASE: tl.constexpr, HIP: tl.constexpr = False,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, PF: tl.constexpr = 0, NT: tl.constexpr = 128,
+    NXR: tl.constexpr = 1, NXB: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -448,6 +454,10 @@ def k1_kernel(
     if PHASE == -1:
         grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1, HIP)
         maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
+        if NXB > 0:  # the recurrence leaves HBM idle: the next launch's first weights into L2
+            r0 = pid * nx_per
+            l2_prefetch_rows(nx_ptr + r0.to(tl.int64) * nx_stride, nx_stride * 2, tl.minimum(nx_per, nx_rows - r0),
+                             NXR, NXB, NT)
     if (PHASE == -1) or (PHASE == 2):
         _phase_kda(pid, nprog, M, pad_slot, vindex,
                    proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
