@@ -11,8 +11,8 @@ M = 1, 2, 4, 8:
   layer 0, seams and logits, identical in both); `--common bf16` (the default) runs them
   as bf16 GEMMs like a served step (`forward.bench_hooks`), `--common fp32` as the
   tests' reference-exact hooks (fp32-widened weights);
-- no L2 hand-off: ours with K1 asking L2 for nothing (K1Plan.l2_next off; by default
-  each KDA layer's K1 asks for its K2's o_proj weights during its recurrence);
+- L2 hand-off: ours with each KDA layer's K1 asking L2 for its K2's o_proj weights
+  during its recurrence (K1Plan.l2_next, off by default);
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
   activations and the routed experts the step's rows really touch (each row its own
   token, so rows route apart as in serving).
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
           f"read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
     print(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15} "
-          f"{'no L2 hand-off us':>18}")
+          f"{'L2 hand-off us':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
 
     for m in (int(x) for x in args.rows.split(",")):
@@ -95,10 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
         touched = _experts_touched(step)
         full = _graph_us(step)
-        # the same step with K1 asking L2 for nothing (K1Plan.l2_next off): what the hand-off
-        # of each KDA layer's o_proj to its K2 saves
-        plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=False))
-        no_l2 = _graph_us(lambda: (state.lengths.zero_(), run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
+        # the same step with each KDA layer's K1 asking L2 for its K2's o_proj (K1Plan.l2_next)
+        plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
+        with_l2 = _graph_us(lambda: (state.lengths.zero_(), run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
         std = None
         if args.fmt == "bf16":
             with standard_launches(model, top_k=d.top_k) as kda_op:
@@ -121,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         sp = f"{std / full:12.2f}x" if std else f"{'n/a':>13}"
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
         print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
-              f"{floor_us / ours:15.2f} {no_l2:18.1f}   experts/layer {sorted(touched.values())}"
+              f"{floor_us / ours:15.2f} {with_l2:15.1f}   experts/layer {sorted(touched.values())}"
               + (f"; standard KDA: {kda_op}" if std and m == 1 else ""), flush=True)
         del bufs, state, hooks
         torch.cuda.empty_cache()

@@ -118,9 +118,10 @@ class K1Plan:
     """Bytes of each in-projection weight row of a program's first tile asked into L2 as
     the launch starts, while the seam keeps HBM idle (sm_90 PTX; 0: none). Fitted to
     whole 16-byte pieces, one a thread, within the row."""
-    l2_next: bool = True
+    l2_next: bool = False
     """Ask L2 for the call's `K1IO.l2_next` rows during the KDA phase (sm_90 PTX; the
-    persistent launch only; a call without them asks for nothing)."""
+    persistent launch only; a call without them asks for nothing). Off until `bench step`
+    has timed it (its "L2 hand-off" column); the GPU test holds it bitwise harmless."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")

@@ -187,10 +187,12 @@ def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
     run_case(Case(f"l2 next {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=71, phased=False), "cuda",
              scratch_keep=keep)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
+    plan = dc.replace(plan, l2_next=True)
     wo = torch.randn(7168, 1536, device="cuda").bfloat16()  # a TP-8 rank's o_proj
     nx = dc.replace(io, l2_next=wo)
     assert launch_args(plan, views, nx, scratch, layer=3, deadline_s=10)[1]["NXB"] > 0  # it does ask
-    assert launch_args(plan, views, io, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0
+    assert launch_args(plan, views, io, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0  # nothing to ask for
+    assert launch_args(dc.replace(plan, l2_next=False), views, nx, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0
     pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
     written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
         [x.verify_conv, x.verify_ssm] if mode == "verify" else [])

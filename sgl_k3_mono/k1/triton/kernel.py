@@ -27,9 +27,10 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              head's 64 KB of state to several SMs). The last item of a (row, head) to
              finish (an atomic counter, no barrier) writes the q/k conv windows and the
              gated output RMSNorm, which needs all 128 outputs of the head.
-             As the phase starts, each program asks L2 for its share of the rows the
-             next launch reads first (NXB > 0: K1IO.l2_next, the layer's o_proj), so
-             K2's first phase finds them there while the recurrence leaves HBM idle.
+             With NXB > 0 (K1Plan.l2_next, off by default), as the phase starts each
+             program asks L2 for its share of the rows the next launch reads first
+             (K1IO.l2_next: the layer's o_proj), so K2's first phase can find them
+             there while the recurrence leaves HBM idle.
 
 Roundings are the reference's (sgl_k3_mono/k1/reference.py): bf16 where SGLang stores
 bf16 (prefix, mix on sm_90, h, proj, f, conv output, o, output); fp32 elsewhere.
