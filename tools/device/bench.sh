@@ -54,7 +54,7 @@ case "${1:-}" in
     k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's defaults against the previous ones (the split seam, XPD, STAGES), with the trace
-    K2_EXTRA=--trace k2_sweep k2-defaults-mxfp4 150 mxfp4 1,2,4,8 "" SEAM_SPLIT=0 XPD=0,SEAM_SPLIT=0 STAGES=4
-    k2_sweep k2-defaults-bf16 120 bf16 1,2,4,8 "" SEAM_SPLIT=0 STAGES=4 ;;
+    K2_EXTRA=--trace k2_sweep k2-defaults-mxfp4 110 mxfp4 1,2,4,8 "" SEAM_SPLIT=0 XPD=0,SEAM_SPLIT=0
+    k2_sweep k2-defaults-bf16 70 bf16 1,8 "" SEAM_SPLIT=0 ;;
   *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults" >&2; exit 2 ;;
 esac
