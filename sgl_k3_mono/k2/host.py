@@ -487,14 +487,17 @@ class K2Launch:
     """Built for an AMD GPU (the HIP timer in the waits)."""
 
     def set_block(self, **over) -> None:
-        """Switch tiles: DENSE_GEMV / EXPERT_GEMV / XU / num_warps pick k2_tiles' sizes for
-        this plan's rows, then the other keys override single entries (the benchmark's sweeps)."""
+        """Switch tiles: DENSE_GEMV / EXPERT_GEMV / XU / num_warps / MMA pick k2_tiles' sizes
+        for this plan's rows, then the other keys override single entries (the benchmark's
+        sweeps). The current block's options that k2_tiles does not size (XPD, XL2, ...)
+        stay unless overridden, so an empty override keeps the launch's defaults."""
         cur = self.block
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
                         num_warps=over.get("num_warps", cur["num_warps"]),
                         user_rows=over.get("XU", cur.get("XU", 0)), mma=bool(over.get("MMA", cur.get("MMA", 0))))
-        self.block = {**base, **over}
+        kept = {k: v for k, v in cur.items() if k not in base}
+        self.block = {**kept, **base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
     both take the arguments launch_args packs."""

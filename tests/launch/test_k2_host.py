@@ -281,3 +281,20 @@ def test_h_tile_rows_default_to_bn_and_never_exceed_it():
     assert fit(t)["BNH"] == fit(t)["BN"] == 64
     assert fit(dict(t, BNH=56))["BNH"] == 56 and -(-7168 // 56) == 128
     assert fit(dict(t, BNH=100))["BNH"] == 64
+
+
+def test_set_block_keeps_the_defaults_it_is_not_told_to_change():
+    """A sweep's empty block is the launch's defaults, the register prefetch included (the
+    twelfth session's `bench k2 --block ""` timed k2_tiles' bare tiles, without XPD), and
+    a one-entry override changes that entry alone."""
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+
+    plan = K2Plan(rows=4, isa="sm_90", hidden=7168, attn_width=1536, shared2=1536, experts=896, latent=3584,
+                  inter=384, inter_up=384, top_k=16, bank_rows=8, eps=1e-5, situ_beta=4.0, situ_linear_beta=25.0,
+                  mxfp4=True)
+    defaults = dict(K2Launch.build(plan, "cpu", impl="triton").block)
+    assert (defaults["MMA"], defaults["XPD"], defaults["SEAM_SPLIT"]) == (1, 1, 1)
+    for over in ({}, {"KSX": 2}, {"XPD": 0}, {"SEAM_SPLIT": 0}):
+        launch = K2Launch.build(plan, "cpu", impl="triton")
+        launch.set_block(**over)
+        assert launch.block == {**defaults, **over}, over

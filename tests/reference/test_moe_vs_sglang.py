@@ -120,7 +120,9 @@ def test_whole_moe_vs_kimik3moe_forward(tiny_moe, m):
     ref = moe_reference(x, prefix, w, tp=1, isa="sglang_cpu")
     mm, ms = measure(theirs, ref.out), measure(their_shared, ref.shared)
     print(f"\nKimiK3MoE.forward M={m}: {mm}; shared experts: {ms}")
-    assert torch.equal(their_shared, ref.shared)
+    # Bitwise on AVX2 hosts; an AVX-512-BF16 host rounds one of the bf16 GEMMs of 3 rows
+    # differently from the other (2.4e-4, one bf16 ulp, seen on such an EPYC): within an ulp.
+    assert torch.allclose(their_shared, ref.shared, rtol=2 ** -7, atol=0), ms
     # Only the fp32 order of the k-way expert sum differs (SGLang's topk order is unsorted).
     assert mm["cosine"] > 0.99999 and mm["max_abs"] <= 2 ** -7 * ref.out.abs().max().item()
     for isa in ("gfx950", "sm_90"):  # the GPU roundings stay within bf16 noise of the CPU path
