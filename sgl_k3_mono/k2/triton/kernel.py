@@ -142,25 +142,32 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
                 tl.store(sa_ptr + row * H + cols, a.to(tl.bfloat16), mask=cols < H)
                 tl.debug_barrier()  # the seam's first step reads the slice back in its own layout
         if has_prefix != 0:
-            if PERSISTENT:
-                split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
-                                      proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
-                                      t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
-                                      True, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
-            else:
-                split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
-                                proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
-                                STEP, H, NBB, BS, SP, SPP, True, False, True, MIX_BF16)
+            _seam_steps(pid, M, nvb, prefix_ptr, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
+                        h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP)
         else:  # a block write restarted the residual: p = a
-            if PERSISTENT:
-                split_seam_persistent(pid, M, nvb, EPS, contrib, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
-                                      proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
-                                      t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
-                                      False, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
-            else:
-                split_seam_step(pid, M, nvb, EPS, contrib, H, contrib, H, bank_ptr, NB * H, H, p_ptr, H,
-                                proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
-                                STEP, H, NBB, BS, SP, SPP, False, False, True, MIX_BF16)
+            _seam_steps(pid, M, nvb, contrib, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
+                        h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP)
+
+
+@triton.jit
+def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
+                h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
+                EPS: tl.constexpr, MIX_BF16: tl.constexpr, HAS_CONTRIB: tl.constexpr, PERSISTENT: tl.constexpr,
+                STEP: tl.constexpr, HIP: tl.constexpr):
+    """_seam_split's steps on K2's tensors: p = bf16(prefix (+ contrib)) into p_ptr (the
+    split seam's residual row), the bank rows [M, NB, H], h2 out."""
+    if PERSISTENT:
+        split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
+                              proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
+                              t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
+                              HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
+    else:
+        split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
+                        proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
+                        STEP, H, NBB, BS, SP, SPP, HAS_CONTRIB, False, True, MIX_BF16)
 
 
 # ---------------------------------------------------------------------------------------
