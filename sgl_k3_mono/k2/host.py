@@ -17,7 +17,7 @@ import torch
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
-from sgl_k3_mono.runtime.triton_seam import seam_slice
+from sgl_k3_mono.runtime.triton_seam import SLICES, seam_slice
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
@@ -260,8 +260,6 @@ class K2Scratch:
 
     @classmethod
     def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
-        from sgl_k3_mono.runtime.triton_seam import SLICES
-
         m, h, k = plan.rows, plan.hidden, plan.top_k
         bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
         return cls(
@@ -273,7 +271,8 @@ class K2Scratch:
             act=torch.empty(m * k, ROW_PAD, plan.inter, **bf), y=torch.empty(m * k, plan.latent, **bf),
             shared_act=torch.empty(m, plan.shared2 // 2, **bf),
             latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
-            part2=torch.empty(m, plan.latent + h, **bf), seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
+            part2=torch.empty(m, plan.latent + h, **bf),
+            seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
             seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
@@ -298,9 +297,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
-    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (an
-    option, 0 off) k-blocks of both expert phases loaded that many steps ahead of their
-    mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XL2 (an option,
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (1; 2
+    an option, 0 the plain loop) k-blocks of both expert phases loaded that many steps
+    ahead of their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XL2 (an option,
     0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
     (runtime/triton_seam.py), where the rows' slices fit the grid. launch_args shrinks
@@ -316,7 +315,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128)
+                 BKX=256, BKD=128, XPD=1)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -340,11 +339,11 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
     experts load each k-block one step ahead (XPD 1: 142 / 155 / 206 / 289 us against
     150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session; the same arithmetic,
-    so the same bits). Four pipeline stages (STAGES 4) measured 1-5 % faster with bf16
+    so the same bits). Four pipeline stages (STAGES 4) measured 1-4.5 % faster with bf16
     experts on the H200's Triton 3.6, but a newer Triton lays the same build out in 240 KB
     of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
-        return dict(k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True), XPD=1)
+        return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
@@ -489,15 +488,14 @@ class K2Launch:
     def set_block(self, **over) -> None:
         """Switch tiles: DENSE_GEMV / EXPERT_GEMV / XU / num_warps / MMA pick k2_tiles' sizes
         for this plan's rows, then the other keys override single entries (the benchmark's
-        sweeps). The current block's options that k2_tiles does not size (XPD, XL2, ...)
-        stay unless overridden, so an empty override keeps the launch's defaults."""
+        sweeps). An empty override is the launch's defaults (default_tiles' choices are
+        k2_tiles' sizes)."""
         cur = self.block
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
                         num_warps=over.get("num_warps", cur["num_warps"]),
                         user_rows=over.get("XU", cur.get("XU", 0)), mma=bool(over.get("MMA", cur.get("MMA", 0))))
-        kept = {k: v for k, v in cur.items() if k not in base}
-        self.block = {**kept, **base, **over}
+        self.block = {**base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);
     both take the arguments launch_args packs."""

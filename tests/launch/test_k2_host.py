@@ -284,9 +284,9 @@ def test_h_tile_rows_default_to_bn_and_never_exceed_it():
 
 
 def test_set_block_keeps_the_defaults_it_is_not_told_to_change():
-    """A sweep's empty block is the launch's defaults, the register prefetch included (the
-    twelfth session's `bench k2 --block ""` timed k2_tiles' bare tiles, without XPD), and
-    a one-entry override changes that entry alone."""
+    """A sweep's empty block is the launch's defaults, the register prefetch included (when
+    default_tiles added XPD on top of k2_tiles, `bench k2 --block ""` timed the launch
+    without it), and a one-entry override changes that entry alone."""
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
 
     plan = K2Plan(rows=4, isa="sm_90", hidden=7168, attn_width=1536, shared2=1536, experts=896, latent=3584,
