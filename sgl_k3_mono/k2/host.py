@@ -339,7 +339,7 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
     experts load each k-block one step ahead (XPD 1: 142 / 155 / 206 / 289 us against
     150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session; the same arithmetic,
-    so the same bits). Four pipeline stages (STAGES 4) measured 1-4.5 % faster with bf16
+    so the same bits). Four pipeline stages (STAGES 4) measured 0.8-4.5 % faster with bf16
     experts on the H200's Triton 3.6, but a newer Triton lays the same build out in 240 KB
     of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
