@@ -7,7 +7,8 @@
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
 #   bash tools/device/bench.sh sweep-experts  # K2's MXFP4 expert options: register prefetch (XPD), whole-item
 #                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
-#   bash tools/device/bench.sh defaults  # K2's defaults against the previous ones, with the trace (~3 min)
+#   bash tools/device/bench.sh defaults  # K2's defaults against the previous ones and the K split, with the
+#                                        # trace (~5 min)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
 set -u
 source tools/device/env.sh
@@ -53,8 +54,10 @@ case "${1:-}" in
       XL2=1,KSX=2 XPD=1,KSX=2 XL2=1,XPD=1,KSX=2 num_warps=16,KSX=2 num_warps=16,KSX=2,XPD=1 STAGES=4 KUD=2
     k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
-  defaults)  # K2's defaults against the previous ones (the split seam, XPD, STAGES), with the trace
-    K2_EXTRA=--trace k2_sweep k2-defaults-mxfp4 110 mxfp4 1,2,4,8 "" SEAM_SPLIT=0 XPD=0,SEAM_SPLIT=0
+  defaults)  # K2's defaults against the previous ones (the split seam, XPD) and the K split over them,
+             # with the trace
+    K2_EXTRA=--trace k2_sweep k2-defaults-mxfp4 200 mxfp4 1,2,4,8 "" SEAM_SPLIT=0 XPD=0,SEAM_SPLIT=0 KSX=2 KSX=4 \
+      num_warps=16,KSX=2,XPD=0
     k2_sweep k2-defaults-bf16 70 bf16 1,8 "" SEAM_SPLIT=0 ;;
   *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults" >&2; exit 2 ;;
 esac
