@@ -13,10 +13,12 @@ METRICS = ("max_abs", "rel", "cosine")
 
 BOUNDS: dict[str, float] = {
     # K1: TP-local attention output before o_proj, bf16 [M, 1536]; measured on the H200
-    # max_abs <= 0.0156, rel <= 1.7e-3, cosine >= 0.999998
+    # (thirteenth session, every K1 GPU case incl. 64 steps at TP-8 shapes) max_abs <=
+    # 0.0156, rel <= 2.0e-3, cosine >= 0.999998. max_abs stays at a few bf16 ulps of the
+    # largest outputs; rel and cosine carry 3x and 5x margins
     "k1.attn_out.max_abs": 0.0625,
-    "k1.attn_out.rel": 0.02,
-    "k1.attn_out.cosine": 0.9995,
+    "k1.attn_out.rel": 0.006,
+    "k1.attn_out.cosine": 0.99999,
     # K1: the fp32 recurrent state after the step (decode) or each verify token.
     # Measured on the H200 (2026-11-30, docs/evidence/k1-sm90.md): max_abs <= 6.7e-3,
     # cosine >= 0.9999995 at TP8 shapes; SGLang's own CUDA KDA decode is 7.1e-3 off the

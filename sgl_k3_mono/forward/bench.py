@@ -11,8 +11,9 @@ M = 1, 2, 4, 8:
   layer 0, seams and logits, identical in both); `--common bf16` (the default) runs them
   as bf16 GEMMs like a served step (`forward.bench_hooks`), `--common fp32` as the
   tests' reference-exact hooks (fp32-widened weights);
-- L2 hand-off: ours with each KDA layer's K1 asking L2 for its K2's o_proj weights
-  during its recurrence (K1Plan.l2_next, off by default);
+- L2 hand-off (`--l2-next`): ours with each KDA layer's K1 asking L2 for its K2's o_proj
+  weights during its recurrence (K1Plan.l2_next, off by default: measured slower, 994.3
+  against 934.6 us at M 1, MXFP4, thirteenth session);
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
   activations and the routed experts the step's rows really touch (each row its own
   token, so rows route apart as in serving).
@@ -44,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--common", default="bf16", choices=("bf16", "fp32"),
                     help="MLA, layer 0 and logits as bf16 GEMMs (a served step's way) or the tests' fp32 hooks")
+    ap.add_argument("--l2-next", action="store_true",
+                    help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
     args = ap.parse_args(argv)
 
     import torch
@@ -96,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         touched = _experts_touched(step)
         full = _graph_us(step)
         # the same step with each KDA layer's K1 asking L2 for its K2's o_proj (K1Plan.l2_next)
-        plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
-        with_l2 = _graph_us(lambda: (state.lengths.zero_(), run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
+        with_l2 = float("nan")
+        if args.l2_next:
+            plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
+            with_l2 = _graph_us(lambda: (state.lengths.zero_(),
+                                         run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
         std = None
         if args.fmt == "bf16":
             with standard_launches(model, top_k=d.top_k) as kda_op:

@@ -7,6 +7,7 @@
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
 #   bash tools/device/bench.sh sweep-experts  # K2's MXFP4 expert options: register prefetch (XPD), whole-item
 #                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
+#   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
 #   bash tools/device/bench.sh defaults  # K2's defaults against the previous ones and the K split, with the
 #                                        # trace (~5 min)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -59,5 +60,6 @@ case "${1:-}" in
     K2_EXTRA=--trace k2_sweep k2-defaults-mxfp4 200 mxfp4 1,2,4,8 "" SEAM_SPLIT=0 XPD=0,SEAM_SPLIT=0 KSX=2 KSX=4 \
       num_warps=16,KSX=2,XPD=0
     k2_sweep k2-defaults-bf16 70 bf16 1,8 "" SEAM_SPLIT=0 ;;
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults" >&2; exit 2 ;;
+  k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|k2 ..." >&2; exit 2 ;;
 esac
