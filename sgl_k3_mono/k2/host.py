@@ -298,24 +298,30 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
     items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (1; 2
-    an option, 0 the plain loop) k-blocks of both expert phases loaded that many steps
-    ahead of their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XL2 (an option,
+    and 3 options, 0 the plain loop) experts_up's k-blocks loaded that many steps ahead of
+    their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step; with 3 the
+    x words one step ahead, in their own ring), XPDD the
+    same for experts_down (0: its K is 3 k-blocks at a TP-8 rank, and the unrolled ring
+    of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an option,
     0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
-    (runtime/triton_seam.py), where the rows' slices fit the grid. launch_args shrinks
-    tiles that a small model cannot fill."""
+    (runtime/triton_seam.py), where the rows' slices fit the grid. SDU (an option, 0 off):
+    the shared experts' down tiles run in experts_up after the routed items, on the
+    programs those leave idle (48 routed items for 132 programs at M 1), not in
+    experts_down (the same arithmetic, so the same bits). launch_args shrinks tiles that
+    a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
     t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0,
-             SEAM_SPLIT=1)
+             SEAM_SPLIT=1, SDU=0)
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
     else:
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128, XPD=1)
+                 BKX=256, BKD=128, XPD=1, XPDD=0)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -339,7 +345,10 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
     experts load each k-block one step ahead (XPD 1: 142 / 155 / 206 / 289 us against
     150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session; the same arithmetic,
-    so the same bits). Four pipeline stages (STAGES 4) measured 0.8-4.5 % faster with bf16
+    so the same bits), in experts_up only: the thirteenth session's in-launch trace had
+    experts_up 28.9 / 37.1 / 68.1 us at 1 / 2 / 4 rows with it against 32.8 / 43.5 / 82.8
+    without, but experts_down 21.8 / 32.1 / 50.2 against 20.5 / 30.7 / 46.6 (two calls,
+    not one A/B: `bench k2 --block XPDD=1` is that). Four pipeline stages (STAGES 4) measured 0.8-4.5 % faster with bf16
     experts on the H200's Triton 3.6, but a newer Triton lays the same build out in 240 KB
     of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
@@ -385,7 +394,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
-        b.update(KUX=1, KUD=1)
+        b.update(KUX=1)
+    if b.get("MMA") and b.get("XPDD"):
+        b.update(KUD=1)
     while b.get("MMA"):  # a warp's 16 rows in each of its group's tiles; its K share in whole steps
         b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
         while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
@@ -561,8 +572,10 @@ class K2Launch:
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
+            XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
+            SDU=bool(b.get("SDU", 0)),
         )
         return args, meta
 

@@ -45,6 +45,9 @@ CPU_CASES = [
     Case("k3-small", 1, "mxfp4", "sm_90", nvb=3, prefix=False, seed=15),
     Case("k3-small", 1, "bf16", "gfx950", nvb=1, tp=2, seed=16),
     Case("k3-tiny", 2, "bf16", "sm_90", nvb=2, seed=17, tiles="SEAM_SPLIT=0"),
+    # the shared experts' down tiles in experts_up (SDU, off by default), at TP 1 and 2
+    Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=18, tiles="SDU=1"),
+    Case("k3-tiny", 3, "bf16", "gfx950", nvb=2, tp=2, seed=19, tiles="SDU=1"),
 ]
 
 
@@ -87,19 +90,25 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 5, "mxfp4", "sm_90", nvb=3, seed=44, tiles="KSX=4"),
              # the experts' k-blocks loaded 1 or 2 steps ahead into registers (XPD, off by
              # default), alone and with the K split (each group's own first k-block)
-             Case("k3-small", 2, "mxfp4", "sm_90", nvb=2, seed=46, tiles="XPD=1"),
+             Case("k3-small", 2, "mxfp4", "sm_90", nvb=2, seed=46, tiles="XPD=1,XPDD=1"),
              Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=47, tiles="XPD=2,KSX=2"),
              # each expert item's weight rows asked of L2 whole, and the next item's (XL2, off by default)
              Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=48, tiles="XL2=1"),
              Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=49, tiles="XL2=2,XPD=1,KSX=2"),
              # the front's weights prefetched into L2 during the seam (a tile option, off by default)
-             Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48")]
+             Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48"),
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1"),
+             # weights three k-blocks ahead, x one (XPD 3, an option), with and without the K split
+             Case("k3-small", 4, "mxfp4", "sm_90", nvb=2, seed=51, tiles="XPD=3,XPDD=3"),
+             Case("k3-small", 8, "mxfp4", "sm_90", nvb=1, seed=52, tiles="XPD=3,KSX=2")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),
-              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2")]
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2"),
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=38, tiles="XPD=3")]
 
 
 def _report(case, res):
@@ -151,11 +160,12 @@ def test_k2_gpu_real_tp8_rank_shapes(case):
 def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
-    register and L2 prefetches and deeper dense pipelines change no arithmetic, so their
-    output is bitwise the plain one's; the K split sums two fp32 halves and the split
-    seam sums its slices' partials, so theirs may differ by bf16 roundings, within a few
-    steps of each row's scale (the forward broke its KL bound once with the K split:
-    docs/evidence/k2-sm90.md). "" is the default launch (XPD 1, the split seam)."""
+    register and L2 prefetches, deeper dense pipelines and the shared down run in
+    experts_up (SDU) change no arithmetic, so their output is bitwise the plain one's;
+    the K split sums two fp32 halves and the split seam sums its slices' partials, so
+    theirs may differ by bf16 roundings, within a few steps of each row's scale (the
+    forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
+    the default launch (XPD 1 in experts_up, the split seam)."""
     import torch
     from k2_cases import case_dims, run_case
 
@@ -165,7 +175,9 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
-    for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=2,SEAM_SPLIT=0", True),
+    for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
+                           ("XPD=2,XPDD=2,SEAM_SPLIT=0", True), ("XPD=3,XPDD=3,SEAM_SPLIT=0", True),
+                           ("SDU=1,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)

@@ -235,6 +235,19 @@ def test_expert_register_prefetch_steps_one_k_block():
     assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f
 
 
+def test_expert_down_prefetch_is_its_own_option():
+    """XPDD (experts_down's register prefetch) is off by default: at a TP-8 rank that
+    phase walks 3 k-blocks, where the ring of XPD 1 would issue 6 loads and 4 mmas. On,
+    it steps one k-block at a time like XPD; off, the down phase keeps its own KU step."""
+    d = host.default_tiles(8, mxfp4=True, mma=True)
+    assert (d["XPD"], d["XPDD"]) == (1, 0), d
+    f = host.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (f["KUX"], f["KUD"]) == (1, 2), f
+    f = host.fit_tiles(dict(d, KUD=2, XPDD=1), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+                       mma=True)
+    assert (f["KUX"], f["KUD"], f["XPDD"]) == (1, 1, 1), f
+
+
 def test_expert_l2_prefetch_keeps_to_whole_pieces():
     """XL2 (an option) asks L2 for expert rows in one 16-byte multiple a thread; where a
     row cannot be cut so (or no mma_fp4 path runs) the option is off, never a ragged ask."""
@@ -293,8 +306,8 @@ def test_set_block_keeps_the_defaults_it_is_not_told_to_change():
                   inter=384, inter_up=384, top_k=16, bank_rows=8, eps=1e-5, situ_beta=4.0, situ_linear_beta=25.0,
                   mxfp4=True)
     defaults = dict(K2Launch.build(plan, "cpu", impl="triton").block)
-    assert (defaults["MMA"], defaults["XPD"], defaults["SEAM_SPLIT"]) == (1, 1, 1)
-    for over in ({}, {"KSX": 2}, {"XPD": 0}, {"SEAM_SPLIT": 0}):
+    assert (defaults["MMA"], defaults["XPD"], defaults["XPDD"], defaults["SEAM_SPLIT"]) == (1, 1, 0, 1)
+    for over in ({}, {"KSX": 2}, {"XPD": 0}, {"XPDD": 1}, {"SEAM_SPLIT": 0}):
         launch = K2Launch.build(plan, "cpu", impl="triton")
         launch.set_block(**over)
         assert launch.block == {**defaults, **over}, over

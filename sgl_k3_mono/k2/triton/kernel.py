@@ -10,7 +10,7 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
                  the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
-  4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile)
+  4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile); SDU: the shared down here
   5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(sact @ Wd^T)
   6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
   7 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
@@ -184,6 +184,19 @@ def _l2_expert_rows(w_ptr, s_n, r0, SECOND: tl.constexpr, R: tl.constexpr, BYTES
 
 
 @triton.jit
+def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.constexpr, L: tl.constexpr,
+                      S2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+                      DENSE_GEMV: tl.constexpr):
+    """Output rows tile*BN.. of the shared experts' down projection over sact (the routing
+    phase's SiTU), into the shared half of this rank's second partial."""
+    n0 = tile * BN
+    rn = n0 + tl.arange(0, BN)
+    acc = dot_bf16(sact_ptr, S2 // 2, M, wsd_ptr, s_wsd, n0, H, S2 // 2, tl.zeros((BM, BN), tl.float32),
+                   BM, BN, BK, STAGES, DENSE_GEMV)
+    tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+
+
+@triton.jit
 def k2_kernel(
     # inputs
     attn_ptr, bank_ptr, prefix_ptr, M, nvb, has_prefix, NB,
@@ -214,9 +227,9 @@ def k2_kernel(
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
-    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XL2: tl.constexpr = 0,
+    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
-    SEAM_STEP: tl.constexpr = 0,
+    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -393,69 +406,76 @@ def k2_kernel(
         if PERSISTENT:
             _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
-        for item in range(pid, n_e * (I // BI), nprog):
-            n = item // (I // BI)
-            i0 = (item % (I // BI)) * BI
-            e = nth_expert(ids, first, number, n).to(tl.int64)
-            ri = i0 + tl.arange(0, BI)
-            if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
-                if XL2 > 0:  # the whole item asked of HBM at once, not KU k-blocks at a time
-                    _l2_expert_rows(w13_ptr + e * s13_e, s13_n, i0, I_UP, BI, L // 2, NT)
-                if XL2 > 1:  # and this program's next item, to land while this one runs
-                    if item + nprog < n_e * (I // BI):
-                        _l2_expert_rows(w13_ptr + nth_expert(ids, first, number, (item + nprog) // (I // BI))
-                                        .to(tl.int64) * s13_e, s13_n, ((item + nprog) % (I // BI)) * BI, I_UP, BI,
-                                        L // 2, NT)
-                gr = i0 + qup
-                gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                      gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD)
-                if KSX > 1:
-                    gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
-                          _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
-                          _group_sum(gu[6], KSX), _group_sum(gu[7], KSX))
-                for h in tl.static_range(2):  # rows g, g + 8
-                    for j in tl.static_range(2):  # x rows 2c, 2c + 1
-                        act = _situ(gu[2 * h + j], gu[4 + 2 * h + j], BETA, LBETA).to(tl.bfloat16)
-                        tok = 2 * qc_r + j
-                        tl.store(act_ptr + (n * XR + tok) * I + (i0 + qrow_r) + 8 * h, act, mask=tok < M)
-            elif XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
-                for u0 in range(0, user_count(ids, keep, e), XU):
-                    urow, uok = user_rows(ids, keep, e, u0, XU, BM)
-                    if MXFP4:
-                        g = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                       ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
-                        u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                       sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                       XU, BI, BKX // 2, STAGES, MX4D)
+        n_up = n_e * (I // BI)
+        # SDU: the shared experts' down tiles ride here, after the routed items, where they
+        # land on programs the routed items leave idle (48 items for 132 programs at M 1)
+        for item in range(pid, n_up + (H // BN if SDU else 0), nprog):
+            if item < n_up:
+                n = item // (I // BI)
+                i0 = (item % (I // BI)) * BI
+                e = nth_expert(ids, first, number, n).to(tl.int64)
+                ri = i0 + tl.arange(0, BI)
+                if MMA:  # BI = 16 x warps / KSX: a warp's 16 gate rows and the same 16 up rows
+                    if XL2 > 0:  # the whole item asked of HBM at once, not KU k-blocks at a time
+                        _l2_expert_rows(w13_ptr + e * s13_e, s13_n, i0, I_UP, BI, L // 2, NT)
+                    if XL2 > 1:  # and this program's next item, to land while this one runs
+                        if item + nprog < n_e * (I // BI):
+                            _l2_expert_rows(w13_ptr + nth_expert(ids, first, number, (item + nprog) // (I // BI))
+                                            .to(tl.int64) * s13_e, s13_n, ((item + nprog) % (I // BI)) * BI, I_UP, BI,
+                                            L // 2, NT)
+                    gr = i0 + qup
+                    gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD)
+                    if KSX > 1:
+                        gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
+                              _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
+                              _group_sum(gu[6], KSX), _group_sum(gu[7], KSX))
+                    for h in tl.static_range(2):  # rows g, g + 8
+                        for j in tl.static_range(2):  # x rows 2c, 2c + 1
+                            act = _situ(gu[2 * h + j], gu[4 + 2 * h + j], BETA, LBETA).to(tl.bfloat16)
+                            tok = 2 * qc_r + j
+                            tl.store(act_ptr + (n * XR + tok) * I + (i0 + qrow_r) + 8 * h, act, mask=tok < M)
+                elif XU > 0:  # only the rows that route e, XU at a time (most experts have one at M 8)
+                    for u0 in range(0, user_count(ids, keep, e), XU):
+                        urow, uok = user_rows(ids, keep, e, u0, XU, BM)
+                        if MXFP4:
+                            g = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                                           ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
+                            u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                                           sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
+                                           XU, BI, BKX // 2, STAGES, MX4D)
+                        else:
+                            g = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
+                                          STAGES)
+                            u = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
+                                          XU, BI, BKX, STAGES)
+                        act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                        tl.store(act_ptr + (n * XR + urow[:, None]) * I + ri[None, :], act, mask=uok[:, None])
+                else:  # every row (masked past M)
+                    g = tl.zeros((XR, BI), tl.float32)
+                    u = tl.zeros((XR, BI), tl.float32)
+                    if SCALED:
+                        g = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                                             ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
+                        u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                                             sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
+                                             XR, BI, BKX, STAGES, SCALE_ALIGN)
+                    elif MXFP4:
+                        g += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
+                                        ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
+                        u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
+                                        sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
+                                        XR, BI, BKX // 2, STAGES, MX4D)
                     else:
-                        g = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
-                                      STAGES)
-                        u = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L,
-                                      XU, BI, BKX, STAGES)
+                        g = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
+                                     EXPERT_GEMV)
+                        u = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
+                                     XR, BI, BKX, STAGES, EXPERT_GEMV)
                     act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                    tl.store(act_ptr + (n * XR + urow[:, None]) * I + ri[None, :], act, mask=uok[:, None])
-            else:  # every row (masked past M)
-                g = tl.zeros((XR, BI), tl.float32)
-                u = tl.zeros((XR, BI), tl.float32)
-                if SCALED:
-                    g = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                         ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
-                    u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                         sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                         XR, BI, BKX, STAGES, SCALE_ALIGN)
-                elif MXFP4:
-                    g += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                    ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
-                    u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                    sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                    XR, BI, BKX // 2, STAGES, MX4D)
-                else:
-                    g = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
-                                 EXPERT_GEMV)
-                    u = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, L, u,
-                                 XR, BI, BKX, STAGES, EXPERT_GEMV)
-                act = _situ(g, u, BETA, LBETA).to(tl.bfloat16)
-                tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
+                    tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
+            else:
+                _shared_down_tile(item - n_up, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
+                                  BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
@@ -467,7 +487,7 @@ def k2_kernel(
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
-        for item in range(pid, n_routed + H // BN, nprog):
+        for item in range(pid, n_routed + (0 if SDU else H // BN), nprog):
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
@@ -484,7 +504,7 @@ def k2_kernel(
                                             I // 2, NT)
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPD)
+                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD)
                     for j in tl.static_range(2):  # x rows 2c, 2c + 1: the (row, slot) that names e
                         tok = 2 * qc + j
                         slot = tl.zeros((NT,), tl.int32)
@@ -530,15 +550,9 @@ def k2_kernel(
                     has = tl.max(match.to(tl.int32), axis=1) > 0
                     tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
                              mask=has[:, None])
-            else:
-                n0 = (item - n_routed) * BN
-                rn = n0 + tl.arange(0, BN)
-                # the shared down over sact (the routing phase's SiTU); tensor-core K chunks
-                # of BKD, the tile measured when the SiTU still ran here
-                acc = dot_bf16(sact_ptr, S2 // 2, M, wsd_ptr, s_wsd, n0, H, S2 // 2, tl.zeros((BM, BN), tl.float32),
-                               BM, BN, BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
-                tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16),
-                         mask=rm[:, None] < M)
+            else:  # tensor-core K chunks of BKD, the tile measured when the SiTU still ran here
+                _shared_down_tile(item - n_routed, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
+                                  BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
             grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
 
