@@ -14,8 +14,9 @@ METRICS = ("max_abs", "rel", "cosine")
 BOUNDS: dict[str, float] = {
     # K1: TP-local attention output before o_proj, bf16 [M, 1536]; measured on the H200
     # (thirteenth session, every K1 GPU case incl. 64 steps at TP-8 shapes) max_abs <=
-    # 0.0156, rel <= 2.0e-3, cosine >= 0.999998. max_abs stays at a few bf16 ulps of the
-    # largest outputs; rel and cosine carry 3x and 5x margins
+    # 0.0156, rel <= 2.0e-3, cosine >= 0.999998; the same bounds hold the KDA part against
+    # SGLang's kda_fused_decode, measured rel <= 3.3e-3, cosine >= 0.9999946. max_abs stays
+    # at a few bf16 ulps of the largest outputs; rel is 1.8x the worst seen, 1 - cosine 5x
     "k1.attn_out.max_abs": 0.0625,
     "k1.attn_out.rel": 0.006,
     "k1.attn_out.cosine": 0.99999,

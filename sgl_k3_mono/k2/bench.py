@@ -139,7 +139,6 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
     build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
-    from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.synthetic import tp8_rank_dims
     from sgl_k3_mono.k2.triton.kernel import PHASES
 
@@ -162,10 +161,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         rw = _rank_weights(d, fmt)
         for m in rows_list:
             t_row = time.monotonic()
-            attn, bank, nvb, prefix, out = _inputs(d, m)
-            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1],
-                                                       grid=per_sm * sms), "cuda", deadline_s=5.0)
-            launch.set_block(**(block or {}))
+            launch, (attn, bank, nvb, prefix, out) = _launch(rw, d, m, block, per_sm * sms)
             launch(rw, attn, bank, nvb, prefix, out)  # Triton's cache (or a compile), apart from the timing
             torch.cuda.synchronize()
             t_first = time.monotonic()
@@ -204,13 +200,20 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     return results
 
 
-def _inputs(d, m: int):
-    """A step's inputs at M rows: attention output, bank (nvb 4 of 8 rows), prefix, out."""
+def _launch(rw, d, m: int, block: Optional[dict], grid: int):
+    """The launch at M rows with the block's tile overrides, and a step's inputs for it:
+    attention output, bank (nvb 4 of 8 rows), prefix, out."""
+    from sgl_k3_mono.k2.host import K2Launch, K2Plan
+
     g = torch.Generator(device="cuda").manual_seed(m)
     attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
     bank = torch.randn(m, 8, d.hidden, generator=g, device="cuda").bfloat16()
     prefix = (2 * torch.randn(m, d.hidden, generator=g, device="cuda")).bfloat16()
-    return attn, bank, 4, prefix, torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
+    launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1], grid=grid), "cuda",
+                            deadline_s=5.0)
+    launch.set_block(**(block or {}))
+    return launch, (attn, bank, 4, prefix, out)
 
 
 _WEIGHTS: dict = {}
@@ -229,20 +232,16 @@ def _rank_weights(d, fmt: str):
 
 
 def _warm(d, rows_list, fmts, block, grid: int, trace: bool) -> list[dict]:
-    from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
 
     for fmt in fmts:
         rw = _rank_weights(d, fmt)
         for m in rows_list:
-            attn, bank, nvb, prefix, out = _inputs(d, m)
-            launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=bank.shape[1], grid=grid),
-                                    "cuda", deadline_s=5.0)
-            launch.set_block(**(block or {}))
-            launch.compile(rw, attn, bank, nvb, prefix, out)
+            launch, inputs = _launch(rw, d, m, block, grid)
+            launch.compile(rw, *inputs)
             if trace:
                 launch.trace = torch.full((grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
-                launch.compile(rw, attn, bank, nvb, prefix, out)
+                launch.compile(rw, *inputs)
             print(f"K2WARM {fmt} M={m} block {block or 'default'}", flush=True)
     return []
 

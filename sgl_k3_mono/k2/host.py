@@ -343,14 +343,15 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     against 146 at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at
     4 rows with 2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real
     MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
-    experts load each k-block one step ahead (XPD 1: 142 / 155 / 206 / 289 us against
-    150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session; the same arithmetic,
-    so the same bits), in experts_up only: the thirteenth session's in-launch trace had
-    experts_up 28.9 / 37.1 / 68.1 us at 1 / 2 / 4 rows with it against 32.8 / 43.5 / 82.8
-    without, but experts_down 21.8 / 32.1 / 50.2 against 20.5 / 30.7 / 46.6 (two calls,
-    not one A/B: `bench k2 --block XPDD=1` is that). Four pipeline stages (STAGES 4) measured 0.8-4.5 % faster with bf16
-    experts on the H200's Triton 3.6, but a newer Triton lays the same build out in 240 KB
-    of shared memory, over the SM's 227 KB, so 3 stays."""
+    experts load each k-block one step ahead (XPD 1 in both expert phases: 142 / 155 /
+    206 / 289 us against 150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session;
+    the same arithmetic, so the same bits), now in experts_up only: the thirteenth
+    session's in-launch trace had experts_up 28.9 / 37.1 / 68.1 us at 1 / 2 / 4 rows with
+    it against 32.8 / 43.5 / 82.8 without, but experts_down 21.8 / 32.1 / 50.2 against
+    20.5 / 30.7 / 46.6 (two calls, not one A/B: `bench k2 --block XPDD=1` is that; the
+    XPDD 0 launch has not been timed). Four pipeline stages (STAGES 4) measured 0.8-4.5 %
+    faster with bf16 experts on the H200's Triton 3.6, but a newer Triton lays the same
+    build out in 240 KB of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:

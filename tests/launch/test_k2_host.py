@@ -224,7 +224,7 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
 
 
 def test_expert_register_prefetch_steps_one_k_block():
-    """XPD (the experts' register prefetch: 1 by default, 2 an option) walks K one k-block
+    """XPD (the experts' register prefetch: 1 by default, 2 and 3 options) walks K one k-block
     a step, so the KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4."""
     for m in (1, 2, 8):
         d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,

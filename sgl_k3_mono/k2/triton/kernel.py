@@ -419,7 +419,7 @@ def k2_kernel(
                     if XL2 > 0:  # the whole item asked of HBM at once, not KU k-blocks at a time
                         _l2_expert_rows(w13_ptr + e * s13_e, s13_n, i0, I_UP, BI, L // 2, NT)
                     if XL2 > 1:  # and this program's next item, to land while this one runs
-                        if item + nprog < n_e * (I // BI):
+                        if item + nprog < n_up:
                             _l2_expert_rows(w13_ptr + nth_expert(ids, first, number, (item + nprog) // (I // BI))
                                             .to(tl.int64) * s13_e, s13_n, ((item + nprog) % (I // BI)) * BI, I_UP, BI,
                                             L // 2, NT)

@@ -91,12 +91,6 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _scales(ptr, c):
-    """_scale_of the scale word at ptr."""
-    return _scale_of(tl.load(ptr), c)
-
-
-@triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
@@ -206,27 +200,20 @@ def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
     scale words as loaded, for _kblock_mma to decode)."""
-    xk = xq + kb * 64
-    x0, x1, x2, x3 = _words(xk)
-    x4, x5, x6, x7 = _words(xk + 4)
-    x8, x9, x10, x11 = _words(xk + 8)
-    x12, x13, x14, x15 = _words(xk + 12)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16)
-    if RAW:
-        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
-    else:
-        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
-    return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-            a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
+    x = _xblock(xq, kb)
+    w = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, kb)
+    s0, s1, s2, s3 = w[16], w[17], w[18], w[19]
+    if not RAW:
+        s0, s1, s2, s3 = _scale_of(s0, c), _scale_of(s1, c), _scale_of(s2, c), _scale_of(s3, c)
+    return (x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15],
+            w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15],
+            s0, s1, s2, s3)
 
 
 @triton.jit
 def _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, kb):
-    """_kblock's weight part alone: the 4 words of each of the four weight rows of
-    k-block kb, then their 4 raw scale words."""
+    """The 4 words of each of the four weight rows of k-block kb (tiles 0 and 1, rows g
+    and g + 8), then their 4 scale words as loaded."""
     a00, a01, a02, a03 = _words(pa0 + kb * 16)
     b00, b01, b02, b03 = _words(pb0 + kb * 16)
     a10, a11, a12, a13 = _words(pa1 + kb * 16)
@@ -237,7 +224,7 @@ def _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, kb):
 
 @triton.jit
 def _xblock(xq, kb):
-    """_kblock's x part alone: the 16 x words of k-block kb."""
+    """The 16 x words of k-block kb."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
