@@ -305,16 +305,16 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an option,
     0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
-    (runtime/triton_seam.py), where the rows' slices fit the grid. SDU (an option, 0 off):
-    the shared experts' down tiles run in experts_up after the routed items, on the
-    programs those leave idle (48 routed items for 132 programs at M 1), not in
-    experts_down (the same arithmetic, so the same bits). launch_args shrinks tiles that
-    a small model cannot fill."""
+    (runtime/triton_seam.py), where the rows' slices fit the grid. SDU: the shared
+    experts' down tiles run in experts_up after the routed items, on the programs those
+    leave idle (48 routed items for 132 programs at M 1), not in experts_down (the same
+    arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
+    launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
     t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0,
-             SEAM_SPLIT=1, SDU=0)
+             SEAM_SPLIT=1, SDU=-1)
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
     else:
@@ -357,6 +357,15 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     if rows <= 1:
         return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
+
+
+def sdu_fits(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> bool:
+    """SDU's auto choice: on where the most routed gate/up items a step can have (every
+    row's top-k distinct) leave programs of the grid idle in experts_up. Measured at a
+    TP-8 rank (MXFP4, fourteenth session, one call, `bench k2 --block SDU=1` against the
+    default): 135.6 / 147.1 us against 139.6 / 149.3 at 1 / 2 rows (48 / 96 items), but
+    197.4 / 280.9 against 195.6 / 274.1 at 4 / 8 rows, where the items fill the grid."""
+    return min(rows * top_k, experts) * (inter // b["BI"]) < grid
 
 
 def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
@@ -531,8 +540,11 @@ class K2Launch:
         front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
         b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
-        self.tiles_used = b
         m = attn_out.shape[0]
+        if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
+            b["SDU"] = int(not self.hip and sdu_fits(b, rows=m, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
+                                                     grid=pl.grid))
+        self.tiles_used = b
         bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0
         b["SEAM_SPLIT"] = int(bs > 0)
         sp = -(-pl.hidden // bs) if bs else 1

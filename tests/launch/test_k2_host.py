@@ -311,3 +311,38 @@ def test_set_block_keeps_the_defaults_it_is_not_told_to_change():
         launch = K2Launch.build(plan, "cpu", impl="triton")
         launch.set_block(**over)
         assert launch.block == {**defaults, **over}, over
+
+
+
+@pytest.mark.parametrize("rows,tp,sdu", [(1, 8, 1), (2, 8, 1), (3, 8, 0), (4, 8, 0), (8, 8, 0), (1, 2, 0)])
+def test_shared_down_rides_in_experts_up_where_the_routed_items_leave_programs_idle(rows, tp, sdu):
+    """SDU's default (-1) is sdu_fits' choice: on where a step's most routed gate/up items
+    (rows x top-k distinct experts, I / BI items each) are fewer than the grid's programs
+    (48 and 96 for 132 at 1 and 2 rows of a TP-8 rank), off where they fill it (192 at 4
+    rows; 192 at 1 row of a TP-2 rank, whose I is 1536)."""
+    inter = 3072 // tp
+    tiles = host.fit_tiles(host.default_tiles(rows, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
+                           latent=3584, inter=inter, mma=True)
+    assert tiles["SDU"] == -1 and tiles["BI"] == 128
+    assert host.sdu_fits(tiles, rows=rows, top_k=16, experts=896, inter=inter, grid=132) == bool(sdu)
+
+
+@pytest.mark.parametrize("hip", [False, True])
+def test_launch_args_resolve_the_shared_down_choice_and_say_what_runs(monkeypatch, hip):
+    """launch_args turns SDU -1 into sdu_fits' answer (sm_90 only: it was measured
+    there, and the FlyDSL K2 keeps the shared down in experts_down), so tiles_used and
+    the kernel's SDU agree; SDU 0 and 1 are taken as given."""
+    import torch
+
+    monkeypatch.setattr(host, "sdu_fits", lambda b, **kw: True)
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+    launch = host.K2Launch.build(plan, "cpu", impl="triton", hip=hip)
+    bf = torch.bfloat16
+    inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
+              torch.empty(2, plan.hidden, dtype=bf))
+    for force, want in ((None, not hip), (0, False), (1, True)):
+        if force is not None:
+            launch.set_block(SDU=force)
+        assert launch.launch_args(rw, *inputs)[1]["SDU"] is want, force
+        assert launch.tiles_used["SDU"] == int(want), force
