@@ -318,3 +318,14 @@ def test_in_projection_prefetch_bytes_fit_the_threads_and_the_row(rows):
     for want in (5000, 10 ** 6):
         got = dataclasses.replace(plan, prefetch=want).prefetch_bytes
         assert 0 < got <= min(want, 2 * d.hidden) and got % piece == 0, (want, got, piece)
+
+
+def test_k1_scalars_that_change_between_layers_are_not_specialised():
+    """K1's per-layer, per-step and per-rank scalars (K1_RUNTIME_SCALARS) are real
+    arguments of the kernel that Triton does not specialise (a misspelt name would be
+    ignored silently, and each value class it takes would compile its own K1)."""
+    from sgl_k3_mono.k1.triton.kernel import K1_RUNTIME_SCALARS, k1_kernel
+
+    params = {p.name: p for p in k1_kernel.params}
+    assert set(K1_RUNTIME_SCALARS) <= set(params)
+    assert all(params[n].do_not_specialize and not params[n].is_constexpr for n in K1_RUNTIME_SCALARS)

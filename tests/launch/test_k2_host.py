@@ -346,3 +346,33 @@ def test_launch_args_resolve_the_shared_down_choice_and_say_what_runs(monkeypatc
             launch.set_block(SDU=force)
         assert launch.launch_args(rw, *inputs)[1]["SDU"] is want, force
         assert launch.tiles_used["SDU"] == int(want), force
+
+
+def test_scalars_that_change_between_layers_are_not_specialised():
+    """Every integer argument that differs between two layers' launches (the layer index,
+    the bank rows in use, a prefix or not, the rank, a stall switch) is one Triton does
+    not specialise: otherwise a step warms one K2 a value class (1, a multiple of 16,
+    other) of each, and a stall set at one layer compiles inside the step. (err_addr, the
+    launch's own failure record, differs between processes.)"""
+    import dataclasses
+    import types
+
+    import torch
+
+    from sgl_k3_mono.k2.triton.kernel import k2_kernel
+
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+    bf = torch.bfloat16
+    attn, bank, out = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf),
+                       torch.empty(2, plan.hidden, dtype=bf))
+    a = host.K2Launch.build(plan, "cpu", impl="triton")
+    b = dataclasses.replace(host.K2Launch.build(plan, "cpu", impl="triton"), rank=1)
+    b.stall = types.SimpleNamespace(phase_index=lambda *args: 1)
+    args_a, _ = a.launch_args(rw, attn, bank, 1, None, out, layer=1)
+    args_b, _ = b.launch_args(rw, attn, bank, 3, torch.zeros_like(out), out, layer=16)
+    names = [p.name for p in k2_kernel.params if not p.is_constexpr]
+    assert len(names) == len(args_a) == len(args_b)
+    varying = {n for n, x, y in zip(names, args_a, args_b) if isinstance(x, int) and x != y}
+    assert varying == {"nvb", "has_prefix", "rank", "layer", "stall_phase", "err_addr"}, varying
+    assert varying <= {p.name for p in k2_kernel.params if p.do_not_specialize}

@@ -5,6 +5,11 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   2>&1 | tail -2
 export PYTHONPATH=/tmp/site:$PWD
+# One Triton cache for every process: importing SGLang (the kit's baselines) points
+# TRITON_CACHE_DIR at ~/.cache/sglang/triton unless it is set, so a `--warm-only` process
+# (no SGLang) and the timed one that follows used two caches, and every timed row compiled
+# again (20-37 s a row, fourteenth session: tools/device/cache_probe.py).
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
 mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git log is stale: record the commit here)
 # (XDIST=N: N pytest workers, pytest-xdist from the .whl folder, so the tests compile their

@@ -5,6 +5,9 @@
 #   bash tools/device/tests.sh forward  # nvidia-h200-x2: the step harness at TP 1 (~210-270 s) and TP 2 + stall (~75 s)
 #   bash tools/device/tests.sh tp2      # nvidia-h200-x2: K2 at TP 2 and the step at TP 2 + stall, nothing else
 #   bash tools/device/tests.sh tp       # nvidia-h200-x4/x8 (issue 7): K2 at TP 4/8, the step at TP 4, stalls (never run)
+#   bash tools/device/tests.sh one-gpu  # nvidia-h200: every one-GPU group at once, each in its own pytest process
+#                                       # (K2 small / real / the rest, K1, the step): the compiles, which are most
+#                                       # of each group's time, overlap on the host's cores (~6-8 min)
 set -u
 source tools/device/env.sh
 case "${1:-}" in
@@ -17,5 +20,13 @@ case "${1:-}" in
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
   tp) t k2-tp 300 tests/launch/test_k2_tp.py
       t forward-tp 250 tests/forward/test_forward_tp.py ;;
-  *) echo "usage: tests.sh k2|k1|forward|tp2|tp" >&2; exit 2 ;;
+  one-gpu)  # (OMP threads a process, so the host references do not oversubscribe the 16 cores)
+    OMP_NUM_THREADS=2 t k2-small 450 tests/launch/test_k2.py -k "gpu_small" &
+    OMP_NUM_THREADS=2 t k2-real 450 tests/launch/test_k2.py -k "gpu_real" &
+    OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+      -k "gpu and not gpu_small and not gpu_real" &
+    OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
+    OMP_NUM_THREADS=6 t forward-gpu 450 tests/forward/test_forward_gpu.py &
+    wait ;;
+  *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu" >&2; exit 2 ;;
 esac

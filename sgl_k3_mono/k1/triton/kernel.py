@@ -386,7 +386,12 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
 
 # ---- the launch ---------------------------------------------------------------------------
 
-@triton.jit
+# The scalars that change from layer to layer, step to step (the verify index) or rank to
+# rank are never specialised (see k2/triton/kernel.py's K2_RUNTIME_SCALARS).
+K1_RUNTIME_SCALARS = ("nvb", "pad_slot", "vindex", "stall_phase", "rank", "layer", "nx_rows", "nx_per", "err_addr")
+
+
+@triton.jit(do_not_specialize=K1_RUNTIME_SCALARS)
 def k1_kernel(
     # seam
     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,

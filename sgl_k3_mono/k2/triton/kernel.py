@@ -196,7 +196,15 @@ def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.co
     tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
 
 
-@triton.jit
+# The scalars that change from layer to layer (or rank to rank, or with the fault switch)
+# are never specialised: Triton would compile one variant for each value class they take
+# (1, a multiple of 16, other), so a 92-layer step warmed several K2s a width, a rank
+# other than 0 ran other code than rank 0, and a stall set for one layer compiled there.
+# (err_addr: each process's own failure record.)
+K2_RUNTIME_SCALARS = ("nvb", "has_prefix", "rank", "layer", "stall_phase", "err_addr")
+
+
+@triton.jit(do_not_specialize=K2_RUNTIME_SCALARS)
 def k2_kernel(
     # inputs
     attn_ptr, bank_ptr, prefix_ptr, M, nvb, has_prefix, NB,
