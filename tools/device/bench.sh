@@ -9,8 +9,9 @@
 #                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~8 min)
-#   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default (~5 min: a traced row took
-#                                        # ~45 s in the thirteenth session, an untraced one ~11 s)
+#   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
+# (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
+# warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
 set -u
 source tools/device/env.sh
@@ -56,9 +57,9 @@ case "${1:-}" in
       XL2=1,KSX=2 XPD=1,KSX=2 XL2=1,XPD=1,KSX=2 num_warps=16,KSX=2 num_warps=16,KSX=2,XPD=1 STAGES=4 KUD=2
     k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
-  defaults)  # K2's default against its one-key neighbours: the thirteenth session's XPDD 0, its new SDU
-             # and XPD 3 options, KUD 3, the split seam, the K split (no trace: it cost ~35 s a row)
-    k2_sweep k2-defaults-mxfp4 400 mxfp4 1,2,4,8 "" XPDD=1 SDU=1 XPD=3 KUD=3 SEAM_SPLIT=0 KSX=2 ;;
+  defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
+             # place (SDU auto against forced on / off), XPD 3, KUD 3, the split seam, the K split
+    k2_sweep k2-defaults-mxfp4 400 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 XPD=3 KUD=3 SEAM_SPLIT=0 KSX=2 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
