@@ -131,6 +131,9 @@ class Comparison:
     """Our logits per step [M, V] fp32 on the host (TP: every rank's must be identical)."""
     aux: dict = field(default_factory=dict)
     """Captured layer -> (largest rel error, smallest cosine) of its stream value over the steps."""
+    k2_tiles: dict = field(default_factory=dict)
+    """The K2 launch options the steps ran with (K2Launch.tiles_used: MMA, KSX, SDU, XPD,
+    XPDD, SEAM_SPLIT; empty for the reference impl)."""
 
     def summary(self) -> dict:
         kl = [k for r in self.logs for k in r.kl]
@@ -151,6 +154,7 @@ class Comparison:
                     for k, m in self.states.items()},
             unused_slot_untouched=self.unused_slot_untouched,
             seconds={k: round(v, 1) for k, v in self.seconds.items()},
+            k2_tiles=self.k2_tiles,
         )
 
 
@@ -231,13 +235,14 @@ def judge(name: str, w, slots, ids, run: Run, *, tp: int, rank: int, isa: str, b
 def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, graph: bool = True,
             device="cuda", isa: str = "sm_90", impl: str = "triton", deadline_s: float = 10.0,
             bounds: StepBounds = BOUNDS, tp: int = 1, rank: int = 0, group=None,
-            on_start=None, capture: tuple[int, ...] = ()) -> Comparison:
+            on_start=None, capture: tuple[int, ...] = (), k2_block: Optional[dict] = None) -> Comparison:
     """One rank's comparison (TP > 1: every rank of `group` calls this with the same
     arguments; K2 reduces over symmetric-memory peers, the harness hooks over `group`,
     and each rank judges its own logits and states against the reference at TP `tp`).
     `on_start()` is called once the launches are built and warm, before the first step.
     `capture` names layers whose output the eager steps hand a draft (`step.Capture`),
-    each compared with the reference's."""
+    each compared with the reference's. `k2_block`: tile overrides for every K2 launch
+    (K2Launch.set_block, before warming), to judge a tile option over whole steps."""
     t0 = time.monotonic()
     w, slots, ids = run_inputs(s, rows, steps, seed)
     wd = harness.to_device(w, device)
@@ -250,6 +255,9 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
 
         peers = K2Peers.symmetric(plan.k2, (group or _world()).group_name, torch.device(device))
     bufs = StepBuffers.allocate(plan, device, deadline_s=deadline_s, rank=rank, peers=peers)
+    for k2 in (bufs.k2, bufs.k2_mla) if k2_block else ():
+        if k2 is not None:
+            k2.set_block(**k2_block)
     warm(model, plan, bufs, deadline_s=deadline_s)
     if on_start is not None:
         on_start()
@@ -298,8 +306,11 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
             cg.replay()
             graph_err = max(graph_err, (static_out.float().cpu() - ours[step]).abs().max().item())
         sec["graph"] = time.monotonic() - t0
-    return judge(s.name, w, slots, ids, run, tp=tp, rank=rank, isa=isa, bounds=bounds, seconds=sec,
-                 graph_err=graph_err, untouched=untouched)
+    c = judge(s.name, w, slots, ids, run, tp=tp, rank=rank, isa=isa, bounds=bounds, seconds=sec,
+              graph_err=graph_err, untouched=untouched)
+    used = getattr(bufs.k2, "tiles_used", None) or {}
+    c.k2_tiles = {k: used[k] for k in ("MMA", "KSX", "SDU", "XPD", "XPDD", "SEAM_SPLIT") if k in used}
+    return c
 
 
 def _world():

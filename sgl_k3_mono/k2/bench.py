@@ -190,7 +190,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
                   f"bw_frac={floor_us / ours:5.2f} speedup={sp} experts="
-                  f"{'mma' if launch.tiles_used.get('MMA') else 'dot'} phases=" + "/".join(f"{t:.1f}" for t in per_phase)
+                  f"{'mma' if launch.tiles_used.get('MMA') else 'dot'} KSX={launch.tiles_used.get('KSX')} "
+                  f"SDU={launch.tiles_used.get('SDU')} phases=" + "/".join(f"{t:.1f}" for t in per_phase)
                   + f" wall_s=first:{t_first - t_row:.1f},timed:{t_timed - t_first:.1f},"
                   f"rest:{time.monotonic() - t_timed:.1f}", flush=True)
             if traced:

@@ -297,7 +297,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
-    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1), XPD (1; 2
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, an option:
+    ksx_choice's split), XPD (1; 2
     and 3 options, 0 the plain loop) experts_up's k-blocks loaded that many steps ahead of
     their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step; with 3 the
     x words one step ahead, in their own ring), XPDD the
@@ -366,6 +367,23 @@ def sdu_fits(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: 
     default): 135.6 / 147.1 us against 139.6 / 149.3 at 1 / 2 rows (48 / 96 items), but
     197.4 / 280.9 against 195.6 / 274.1 at 4 / 8 rows, where the items fill the grid."""
     return min(rows * top_k, experts) * (inter // b["BI"]) < grid
+
+
+def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> int:
+    """KSX -1 (an option; the default is 1): the K split that best fills experts_up's
+    waves. The most gate/up items a step can have, n = min(rows x top-k, E) x I / (16 x
+    warps), take ceil(n k / grid) waves of items 1/k as long with a split of k; a split is
+    taken where that is at most 0.8 of the unsplit phase (it has costs of its own: the
+    groups' sum through shared memory, k times the items). At a TP-8 rank: 2 at 1 and 4
+    rows, 4 at 2, none at 8: the fastest split each row count measured (tenth session's
+    sweep, and the fourteenth session's KSX 2 row: -4.1 / -11.0 us at 1 / 4 rows, +8.9 at
+    8)."""
+    n = min(rows * top_k, experts) * (inter // (16 * num_warps))
+    if n == 0:
+        return 1
+    waves = {k: -(-n * k // grid) / k for k in (1, 2, 4) if num_warps % k == 0}
+    k = min(waves, key=lambda k: (waves[k], k))
+    return k if waves[k] <= 0.8 * waves[1] else 1
 
 
 def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
@@ -532,7 +550,11 @@ class K2Launch:
         ex = w.moe.experts
         # the interpreter runs no PTX; the HIP build has its own tiles
         mma = pl.mma_experts and not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
-        b = fit_tiles(self.block, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
+        b = dict(self.block)
+        if b.get("KSX", 1) < 0:
+            b["KSX"] = ksx_choice(b["num_warps"], rows=pl.rows, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
+                                  grid=pl.grid) if mma and b.get("MMA") else 1
+        b = fit_tiles(b, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
                       inter=pl.inter, mma=mma)
         if b.get("MMA") and not mma_aligned(ex):  # the plan was decided for other tensors: refuse, never fault
             raise ValueError(f"K2Launch: layer {layer}'s MXFP4 expert tensors are off the 16-byte alignment "

@@ -377,3 +377,35 @@ def test_scalars_that_change_between_layers_are_not_specialised():
     varying = {n for n, x, y in zip(names, args_a, args_b) if isinstance(x, int) and x != y}
     assert varying == {"nvb", "has_prefix", "rank", "layer", "stall_phase", "err_addr"}, varying
     assert {p.name for p in k2_kernel.params if p.do_not_specialize} == varying - {"has_prefix"}
+
+
+def test_the_k_split_option_fills_experts_ups_waves():
+    """KSX -1 (an option) picks the split whose items fill experts_up's waves best, where
+    that is at least a fifth shorter than no split: at a TP-8 rank 2 / 4 / 2 / 1 at 1 /
+    2 / 4 / 8 rows, the fastest of each row count measured; at a TP-2 rank (I 1536, 192
+    items at 1 row) 2 at 1 row only."""
+    choose = lambda rows, tp: host.ksx_choice(8, rows=rows, top_k=16, experts=896, inter=3072 // tp,  # noqa: E731
+                                              grid=132)
+    assert [choose(m, 8) for m in (1, 2, 4, 8)] == [2, 4, 2, 1]
+    assert [choose(m, 2) for m in (1, 2, 8)] == [2, 1, 1]
+    assert host.ksx_choice(4, rows=2, top_k=16, experts=896, inter=384, grid=132) in (1, 2, 4)
+
+
+@pytest.mark.parametrize("hip", [False, True])
+def test_launch_args_resolve_the_k_split_option_before_fitting_tiles(monkeypatch, hip):
+    """KSX -1 becomes ksx_choice's split on the mma experts (then fit like any KSX) and 1
+    on every other path; tiles_used says which."""
+    import torch
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(host, "ksx_choice", lambda *a, **kw: 2)
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+    launch = host.K2Launch.build(plan, "cpu", impl="triton", hip=hip)
+    launch.set_block(KSX=-1)
+    bf = torch.bfloat16
+    inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
+              torch.empty(2, plan.hidden, dtype=bf))
+    meta = launch.launch_args(rw, *inputs)[1]
+    assert meta["KSX"] == launch.tiles_used["KSX"] == (1 if hip else 2)
+    assert meta["MMA"] is (not hip)

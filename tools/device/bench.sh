@@ -8,7 +8,7 @@
 #   bash tools/device/bench.sh sweep-experts  # K2's MXFP4 expert options: register prefetch (XPD), whole-item
 #                                             # L2 prefetch (XL2), with and without the K split (KSX) (~5 min)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
-#   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~8 min)
+#   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
@@ -58,8 +58,11 @@ case "${1:-}" in
     k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
-             # place (SDU auto against forced on / off), XPD 3, KUD 3, the split seam, the K split
-    k2_sweep k2-defaults-mxfp4 400 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 XPD=3 KUD=3 SEAM_SPLIT=0 KSX=2 ;;
+             # place (SDU auto against forced on / off), XPD 3, KUD 3, the split seam, the K split (2, and
+             # ksx_choice's per row count), and tensor-core dense phases at 1 row (~4 min with the cache
+             # pinned: ~2 s a timed block)
+    k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 XPD=3 KUD=3 SEAM_SPLIT=0 KSX=2 \
+      KSX=-1 DENSE_GEMV=0 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)

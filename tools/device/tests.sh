@@ -4,6 +4,7 @@
 #   bash tools/device/tests.sh k1       # nvidia-h200: every K1 GPU test (~330 s)
 #   bash tools/device/tests.sh forward  # nvidia-h200-x2: the step harness at TP 1 (~210-270 s) and TP 2 + stall (~75 s)
 #   bash tools/device/tests.sh tp2      # nvidia-h200-x2: K2 at TP 2 and the step at TP 2 + stall, nothing else
+#   bash tools/device/tests.sh ksx-forward  # nvidia-h200: real MXFP4 steps with and without the K split, 3 seeds
 #   bash tools/device/tests.sh tp       # nvidia-h200-x4/x8 (issue 7): K2 at TP 4/8, the step at TP 4, stalls (never run)
 #   bash tools/device/tests.sh one-gpu  # nvidia-h200: the K2 and K1 groups at once, each in its own pytest process
 #                                       # (K2 small / real / the rest, K1): the compiles, most of each group's time,
@@ -16,8 +17,9 @@ case "${1:-}" in
   k2) t k2-gpu 330 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k gpu
       t k2-tp2 150 tests/launch/test_k2_tp.py ;;
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
-  forward) t forward-gpu 360 tests/forward/test_forward_gpu.py
+  forward) t forward-gpu 360 tests/forward/test_forward_gpu.py -k "not k_split"
            t forward-tp2 150 tests/forward/test_forward_tp.py ;;
+  ksx-forward) t ksx-forward 540 tests/forward/test_forward_gpu.py -k k_split ;;  # KSX 2 over 3 seeds (~7 min)
   tp2) t k2-tp2 150 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s)
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
   tp) t k2-tp 300 tests/launch/test_k2_tp.py
