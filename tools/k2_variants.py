@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -30,9 +28,8 @@ def main(argv=None) -> int:
     from triton.runtime.driver import driver
     from triton.runtime.jit import create_function_from_signature
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "launch"))
-    from k2_cases import dims
-
+    from sgl_k3_mono.configs import load_config
+    from sgl_k3_mono.dims import K3Dims
     from sgl_k3_mono.k2 import host
     from sgl_k3_mono.k2.reference import K2Weights
     from sgl_k3_mono.k2.triton.kernel import k2_kernel
@@ -42,7 +39,8 @@ def main(argv=None) -> int:
             p.do_not_specialize = False
     binder = create_function_from_signature(k2_kernel.signature, k2_kernel.params,
                                             make_backend(driver.active.get_current_target()))
-    rw = K2Weights.random(dims("k3-small"), seed=0, expert_format="mxfp4").shard(0, 1)
+    # small widths: the classes depend on the scalars' values and the tensors' alignment only
+    rw = K2Weights.random(K3Dims.from_config(load_config("k3-small"), tp=1), seed=0, expert_format="mxfp4").shard(0, 1)
     plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=8, grid=4)
     bf = torch.bfloat16
     attn, bank = torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 8, plan.hidden, dtype=bf)
