@@ -298,13 +298,11 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
     items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, an option:
-    ksx_choice's split), XPD (1; 2
-    and 3 options, 0 the plain loop) experts_up's k-blocks loaded that many steps ahead of
-    their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step; with 3 the
-    x words one step ahead, in their own ring), XPDD the
-    same for experts_down (0: its K is 3 k-blocks at a TP-8 rank, and the unrolled ring
-    of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an option,
-    0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
+    ksx_choice's split), XPD (1; 2 an option, 0 the plain loop) experts_up's k-blocks
+    loaded that many steps ahead of their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD;
+    one k-block a step), XPDD the same for experts_down (0: its K is 3 k-blocks at a TP-8
+    rank, and the unrolled ring of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an
+    option, 0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
     (runtime/triton_seam.py), where the rows' slices fit the grid. SDU: the shared
     experts' down tiles run in experts_up after the routed items, on the programs those
@@ -346,11 +344,9 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
     experts load each k-block one step ahead (XPD 1 in both expert phases: 142 / 155 /
     206 / 289 us against 150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session;
-    the same arithmetic, so the same bits), now in experts_up only: the thirteenth
-    session's in-launch trace had experts_up 28.9 / 37.1 / 68.1 us at 1 / 2 / 4 rows with
-    it against 32.8 / 43.5 / 82.8 without, but experts_down 21.8 / 32.1 / 50.2 against
-    20.5 / 30.7 / 46.6 (two calls, not one A/B: `bench k2 --block XPDD=1` is that; the
-    XPDD 0 launch has not been timed). Four pipeline stages (STAGES 4) measured 0.8-4.5 %
+    the same arithmetic, so the same bits), now in experts_up only: with it in experts_down
+    too (XPDD 1) the launch took 142.8 / 153.6 / 203.7 / 282.6 us against 139.6 / 149.3 /
+    195.6 / 274.1 (fourteenth session, one call). Four pipeline stages (STAGES 4) measured 0.8-4.5 %
     faster with bf16 experts on the H200's Triton 3.6, but a newer Triton lays the same
     build out in 240 KB of shared memory, over the SM's 227 KB, so 3 stays."""
     if mma:
@@ -360,13 +356,19 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
 
 
+def most_up_items(rows: int, *, top_k: int, experts: int, inter: int, bi: int) -> int:
+    """The most gate/up items experts_up can have in a step: every row's top-k experts
+    distinct (at most E of them), I / BI items each."""
+    return min(rows * top_k, experts) * (inter // bi)
+
+
 def sdu_fits(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> bool:
     """SDU's auto choice: on where the most routed gate/up items a step can have (every
     row's top-k distinct) leave programs of the grid idle in experts_up. Measured at a
     TP-8 rank (MXFP4, fourteenth session, one call, `bench k2 --block SDU=1` against the
     default): 135.6 / 147.1 us against 139.6 / 149.3 at 1 / 2 rows (48 / 96 items), but
     197.4 / 280.9 against 195.6 / 274.1 at 4 / 8 rows, where the items fill the grid."""
-    return min(rows * top_k, experts) * (inter // b["BI"]) < grid
+    return most_up_items(rows, top_k=top_k, experts=experts, inter=inter, bi=b["BI"]) < grid
 
 
 def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> int:
@@ -378,7 +380,7 @@ def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: in
     rows, 4 at 2, none at 8: the fastest split each row count measured (tenth session's
     sweep, and the fourteenth session's KSX 2 row: -4.1 / -11.0 us at 1 / 4 rows, +8.9 at
     8)."""
-    n = min(rows * top_k, experts) * (inter // (16 * num_warps))
+    n = most_up_items(rows, top_k=top_k, experts=experts, inter=inter, bi=16 * num_warps)
     if n == 0:
         return 1
     waves = {k: -(-n * k // grid) / k for k in (1, 2, 4) if num_warps % k == 0}
@@ -421,6 +423,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
+    for key in ("XPD", "XPDD"):  # mma_fp4's register rings hold 1 or 2 k-blocks ahead
+        if b.get(key, 0) not in (0, 1, 2):
+            raise ValueError(f"K2 tiles: {key}={b[key]}; the register prefetch takes 0, 1 or 2 k-blocks")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -564,8 +569,8 @@ class K2Launch:
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
-            b["SDU"] = int(not self.hip and sdu_fits(b, rows=m, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
-                                                     grid=pl.grid))
+            b["SDU"] = int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
+                                                     inter=pl.inter, grid=pl.grid))
         self.tiles_used = b
         bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0
         b["SEAM_SPLIT"] = int(bs > 0)

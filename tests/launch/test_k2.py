@@ -97,18 +97,14 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=49, tiles="XL2=2,XPD=1,KSX=2"),
              # the front's weights prefetched into L2 during the seam (a tile option, off by default)
              Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48"),
-             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1"),
-             # weights three k-blocks ahead, x one (XPD 3, an option), with and without the K split
-             Case("k3-small", 4, "mxfp4", "sm_90", nvb=2, seed=51, tiles="XPD=3,XPDD=3"),
-             Case("k3-small", 8, "mxfp4", "sm_90", nvb=1, seed=52, tiles="XPD=3,KSX=2")]
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2"),
-              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
-              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=38, tiles="XPD=3")]
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1")]
 
 
 def _report(case, res):
@@ -176,7 +172,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
     for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
-                           ("XPD=2,XPDD=2,SEAM_SPLIT=0", True), ("XPD=3,XPDD=3,SEAM_SPLIT=0", True),
+                           ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
                            ("SDU=1,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):

@@ -224,8 +224,10 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
 
 
 def test_expert_register_prefetch_steps_one_k_block():
-    """XPD (the experts' register prefetch: 1 by default, 2 and 3 options) walks K one k-block
-    a step, so the KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4."""
+    """XPD (the experts' register prefetch: 1 by default, 2 an option) walks K one k-block
+    a step, so the KU steps are 1, and a 4-way K split of 28 k-blocks keeps mma_fp4. A
+    deeper ring than mma_fp4 holds is refused, never run (the fourteenth session's XPD 3
+    lost at every row count and was taken out)."""
     for m in (1, 2, 8):
         d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
                            latent=3584, inter=384, mma=True)
@@ -233,6 +235,10 @@ def test_expert_register_prefetch_steps_one_k_block():
     t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
     f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f
+    for key in ("XPD", "XPDD"):
+        with pytest.raises(ValueError, match=f"{key}=3"):
+            host.fit_tiles(dict(t, **{key: 3}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+                           mma=True)
 
 
 def test_expert_down_prefetch_is_its_own_option():

@@ -58,12 +58,12 @@ case "${1:-}" in
     k2_sweep k2-sweep-bf16 120 bf16 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-trace 100 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
-             # place (SDU auto against forced on / off), XPD 3, KUD 3, the split seam, the K split (2, and
+             # place (SDU auto against forced on / off), KUD 3, the split seam, the K split (2, and
              # ksx_choice's per row count), and at 1 row the dense phases on tensor cores, or as GEMVs
              # of 64-row tiles (o_proj: 112 tiles, one a program, where 16-row ones are 448: 11.8 us
              # in the thirteenth session's trace against 8.7 at 2 rows) (~4 min with the cache pinned:
              # ~2 s a timed block)
-    k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 XPD=3 KUD=3 SEAM_SPLIT=0 KSX=2 \
+    k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 KUD=3 SEAM_SPLIT=0 KSX=2 \
       KSX=-1 DENSE_GEMV=0 BN=64,BK=128 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;

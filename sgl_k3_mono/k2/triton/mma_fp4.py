@@ -91,6 +91,12 @@ def _scale_of(word, c):
 
 
 @triton.jit
+def _scales(ptr, c):
+    """_scale_of the scale word at ptr."""
+    return _scale_of(tl.load(ptr), c)
+
+
+@triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
@@ -103,10 +109,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
     registers, measured fastest: tools/device/fp4_decode_microbench.py). kb0: each
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
-    group's share). PD (1, 2 or 3; 0: off, KU steps as above): a register prefetch, whose
+    group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, whose
     loads of a k-block are issued PD k-blocks' mmas before its own, so the weights stream
-    while the previous k-blocks decode (KU is then unused; with 3 x is loaded one k-block
-    ahead, not three)."""
+    while the previous k-blocks decode (KU is then unused)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -130,34 +135,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
-    if PD == 3:
-        # weights and scales (20 registers a set) three k-blocks ahead in four sets, x (16)
-        # one k-block ahead in two: 112 registers of loads against the 144 four full sets
-        # would take, so the bytes a thread has in flight from HBM (its weights) grow by
-        # half over PD 2 at fewer registers (x hits L1: the item's warps share it)
-        last = K // 128 - 1
-        w0 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, 0)
-        w1 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(1, last))
-        w2 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(2, last))
-        xa = _xblock(xq, 0)
-        for kb in tl.range(0, last + 1, 4, num_stages=1):
-            w3 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(kb + 3, last))
-            xb = _xblock(xq, tl.minimum(kb + 1, last))
-            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _wx_mma(
-                xa, w0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True)
-            w0 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(kb + 4, last))
-            xa = _xblock(xq, tl.minimum(kb + 2, last))
-            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _wx_mma(
-                xb, w1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last)
-            w1 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(kb + 5, last))
-            xb = _xblock(xq, tl.minimum(kb + 3, last))
-            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _wx_mma(
-                xa, w2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last)
-            w2 = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, tl.minimum(kb + 6, last))
-            xa = _xblock(xq, tl.minimum(kb + 4, last))
-            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _wx_mma(
-                xb, w3, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 3 <= last)
-    elif PD > 0:
+    if PD > 0:
         # PD + 1 register sets of a k-block (36 a thread) rotate through an unrolled step of
         # PD + 1 k-blocks: each sub-step loads into the set the previous one consumed, then
         # runs the mmas of the set loaded PD sub-steps earlier. Nothing reads a loaded
@@ -200,47 +178,21 @@ def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
     scale words as loaded, for _kblock_mma to decode)."""
-    x = _xblock(xq, kb)
-    w = _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, kb)
-    s0, s1, s2, s3 = w[16], w[17], w[18], w[19]
-    if not RAW:
-        s0, s1, s2, s3 = _scale_of(s0, c), _scale_of(s1, c), _scale_of(s2, c), _scale_of(s3, c)
-    return (x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7], x[8], x[9], x[10], x[11], x[12], x[13], x[14], x[15],
-            w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14], w[15],
-            s0, s1, s2, s3)
-
-
-@triton.jit
-def _wblock(pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, kb):
-    """The 4 words of each of the four weight rows of k-block kb (tiles 0 and 1, rows g
-    and g + 8), then their 4 scale words as loaded."""
-    a00, a01, a02, a03 = _words(pa0 + kb * 16)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16)
-    return (a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13,
-            tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb))
-
-
-@triton.jit
-def _xblock(xq, kb):
-    """The 16 x words of k-block kb."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
     x8, x9, x10, x11 = _words(xk + 8)
     x12, x13, x14, x15 = _words(xk + 12)
-    return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
-
-
-@triton.jit
-def _wx_mma(x, w, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, live):
-    """One k-block held apart (x words from _xblock, weights and raw scale words from
-    _wblock) into both tiles' two accumulator chains; the scales decoded here (thread byte
-    c) and zeroed unless `live`."""
-    s0, s1 = _scale_of(w[16], c) * live, _scale_of(w[17], c) * live
-    s2, s3 = _scale_of(w[18], c) * live, _scale_of(w[19], c) * live
-    return _words_mma(x, w, s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16)
+    if RAW:
+        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
+    else:
+        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
+    return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
+            a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
 
 @triton.jit
@@ -252,23 +204,12 @@ def _kblock_mma(v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d
     if RAW:
         s0, s1 = _scale_of(s0, c) * live, _scale_of(s1, c) * live
         s2, s3 = _scale_of(s2, c) * live, _scale_of(s3, c) * live
-    x = (v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15])
-    w = (v[16], v[17], v[18], v[19], v[20], v[21], v[22], v[23], v[24], v[25], v[26], v[27], v[28], v[29], v[30],
-         v[31])
-    return _words_mma(x, w, s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
-
-
-@triton.jit
-def _words_mma(x, w, s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7):
-    """A k-block's four word columns: x words x[4 q .. 4 q + 3] against word q of the four
-    weight rows (w: rows g / g + 8 of tile 0, then of tile 1, 4 words each), scaled by
-    s0..s3; even words into the c chains, odd into the d chains."""
-    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x[0], x[1], x[2], x[3], w[0], w[4], w[8], w[12],
+    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[0], v[1], v[2], v[3], v[16], v[20], v[24], v[28],
                                                       s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7)
-    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x[4], x[5], x[6], x[7], w[1], w[5], w[9], w[13],
+    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[4], v[5], v[6], v[7], v[17], v[21], v[25], v[29],
                                                       s0, s1, s2, s3, d0, d1, d2, d3, d4, d5, d6, d7)
-    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(x[8], x[9], x[10], x[11], w[2], w[6], w[10], w[14],
+    c0, c1, c2, c3, c4, c5, c6, c7 = _word_both_tiles(v[8], v[9], v[10], v[11], v[18], v[22], v[26], v[30],
                                                       s0, s1, s2, s3, c0, c1, c2, c3, c4, c5, c6, c7)
-    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(x[12], x[13], x[14], x[15], w[3], w[7], w[11], w[15],
+    d0, d1, d2, d3, d4, d5, d6, d7 = _word_both_tiles(v[12], v[13], v[14], v[15], v[19], v[23], v[27], v[31],
                                                       s0, s1, s2, s3, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7
