@@ -426,6 +426,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XPD", "XPDD"):  # mma_fp4's register rings hold 1 or 2 k-blocks ahead
         if b.get(key, 0) not in (0, 1, 2):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the register prefetch takes 0, 1 or 2 k-blocks")
+    for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: 2..RING_MAX stages (0: off)
+        if b.get(key, 0) not in (0, 2, 3, 4):
+            raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -597,7 +600,7 @@ class K2Launch:
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
-            self.trace if self.trace is not None else s.sync,
+            self.trace if self.trace is not None else s.sync, 0,
         )
         meta = dict(
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
@@ -613,6 +616,7 @@ class K2Launch:
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
+            XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=bool(b.get("SDU", 0)),
@@ -644,12 +648,29 @@ class K2Launch:
         args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
         k2_kernel.warmup(*args, grid=(self.plan.grid,), PHASE=-1, **meta)
 
+    def _run_triton(self, args: tuple, meta: dict, **consts) -> None:
+        """One Triton launch. With mma_fp4's ring (XRS / XRSD) its shared memory is reserved
+        past Triton's own on the compiled kernel before that is first loaded, and the
+        launch is told where it starts (ring_off, the last positional argument)."""
+        from sgl_k3_mono.k2.triton.kernel import k2_kernel
+
+        grid = (self.plan.grid,)
+        stages = max(meta["XRS"], meta["XRSD"])
+        if stages:
+            from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
+            from sgl_k3_mono.runtime.triton_smem import reserve
+
+            compiled = k2_kernel.warmup(*args, grid=grid, **consts, **meta)
+            off = reserve(compiled, stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value)
+            args = args[:-1] + (off,)
+        k2_kernel[grid](*args, **consts, **meta)
+
     def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                  prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0,
                  phase=None) -> torch.Tensor:
         """Run the layer: persistent (phase None), one phase alone (phase p: per-phase
         timing), or every phase as its own launch (phase "all": the interpreter tests)."""
-        from sgl_k3_mono.k2.triton.kernel import PHASES, k2_kernel
+        from sgl_k3_mono.k2.triton.kernel import PHASES
 
         args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
         if self.impl == "flydsl":
@@ -657,13 +678,12 @@ class K2Launch:
 
             run_fly(args, meta, phase=phase, grid=self.plan.grid)
             return out
-        grid = (self.plan.grid,)
         if phase is None:
-            k2_kernel[grid](*args, PHASE=-1, **meta)
+            self._run_triton(args, meta, PHASE=-1)
             return out
         for p in range(len(PHASES)) if phase == "all" else (int(phase),):
             # phased, the split seam is three launches of phase 1 (its row waits exist in
             # the persistent launch only)
             for step in range(3) if p == 1 and meta["SEAM_SPLIT"] else (0,):
-                k2_kernel[grid](*args, PHASE=p, SEAM_STEP=step, **meta)
+                self._run_triton(args, meta, PHASE=p, SEAM_STEP=step)
         return out

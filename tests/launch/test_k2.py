@@ -97,14 +97,20 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=49, tiles="XL2=2,XPD=1,KSX=2"),
              # the front's weights prefetched into L2 during the seam (a tile option, off by default)
              Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48"),
-             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1")]
+             Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1"),
+             # the experts' weights and scales streamed through a cp.async ring in shared
+             # memory (XRS / XRSD, off by default), with the K split too
+             Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=51, tiles="XRS=3,XRSD=2"),
+             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2"),
-              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1")]
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=38, tiles="XRS=4,XRSD=4,KSX=2"),
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=39, tiles="XRS=3,XRSD=3")]
 
 
 def _report(case, res):
@@ -185,6 +191,30 @@ def test_k2_gpu_expert_options_against_the_default_launch():
             assert torch.equal(got["out"], ref["out"]), tiles
         else:  # a few bf16 steps of the row's scale at most (a lost or doubled partial is far more)
             assert bool((diff.amax(1) <= ref["out"].abs().amax(1) * 2.0 ** -6).all()), tiles
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (1, 8))
+def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
+    """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as
+    the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
+    rank shapes, MXFP4, the one-program seam; at 1 row with the SDU choice, at 8 without)."""
+    import torch
+    from k2_cases import case_dims, run_case
+
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    base = Case("kimi-k3-tp8-rank", rows, "mxfp4", "sm_90", nvb=rows % 5, seed=60 + rows, tiles="XPD=0,SEAM_SPLIT=0")
+    w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
+    ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
+    assert ref["mma"]
+    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0"):
+        got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
+        diff = (got["out"] - ref["out"]).abs()
+        print(f"\nK2RING M={rows} {tiles}: against the register loop max_abs={diff.max().item():.4g} "
+              f"differing={int((diff > 0).sum())}/{diff.numel()} routing_equal={got['routing_equal']}")
+        assert got["mma"] and got["finite"] and got["routing_equal"], tiles
+        assert torch.equal(got["out"], ref["out"]), tiles
 
 
 @pytest.mark.gpu

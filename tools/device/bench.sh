@@ -10,6 +10,7 @@
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
+#   bash tools/device/bench.sh ring      # K2's shared-memory expert ring and BK 128, A/B, with the ring's tests
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -26,6 +27,8 @@ k2_sweep() {
     args+=(--block "$b")
   done
   warm "$OUT/$name-warm.log" "${cmds[@]}"
+  # shellcheck disable=SC2086
+  [ -n "${K2_WAIT:-}" ] && wait $K2_WAIT  # (K2_WAIT: a background job to finish before the timing)
   # shellcheck disable=SC2086
   ( timeout "$to" python3 -m sgl_k3_mono.k2.bench --rows "$rows" --formats "$fmts" --no-phases $x "${args[@]}" 2>&1 \
       | grep -E "K2BENCH|K2TRACE|device|Error" ) | tee "$OUT/$name.log"
@@ -65,8 +68,18 @@ case "${1:-}" in
              # ~2 s a timed block)
     k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 KUD=3 SEAM_SPLIT=0 KSX=2 \
       KSX=-1 DENSE_GEMV=0 BN=64,BK=128 ;;
+  ring)  # mma_fp4's cp.async ring (XRS / XRSD) and the dense phases' K step (BK 128, the fastest
+         # neighbour of the fifteenth session's call 1), A/B; the ring's GPU tests run beside the
+         # warm step (two pytest processes), and finish before the timing (~6 min)
+    ( t k2-ring-bitwise 420 tests/launch/test_k2.py -k ring_is_bitwise ) > "$OUT/k2-ring-bitwise.out" 2>&1 &
+    p1=$!
+    ( t k2-ring-cases 420 tests/launch/test_k2.py -k XRS ) > "$OUT/k2-ring-cases.out" 2>&1 &
+    p2=$!
+    K2_WAIT="$p1 $p2" k2_sweep k2-ring 240 mxfp4 1,2,4,8 "" BK=128 BK=128,KSX=-1 BK=128,KSX=-1,KUD=3 XRS=3 \
+      XRS=3,XRSD=3 BK=128,XRS=3,XRSD=3,KSX=-1 BK=128,XRS=4,XRSD=4
+    cat "$OUT/k2-ring-bitwise.out" "$OUT/k2-ring-cases.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -37,7 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds, store_rows  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
-from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles  # noqa: E402
+from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles  # noqa: E402
+from sgl_k3_mono.runtime.triton_smem import reserve  # noqa: E402
 
 # 4 bytes (8 codes) in $4, scales of elements 0..3 in $5/$6 (bf16x2); lo plane -> $0/$1,
 # hi plane -> $2/$3, element i of each plane from byte i. Bytes 0/2 (and 1/3) already sit
@@ -117,17 +118,21 @@ def _store_mma(out_ptr, acc, e, R, N: tl.constexpr, r0, r1, c, ok):
         tl.store(o + N + 8, acc[4 * tile + 3], mask=ok & (2 * c + 1 < R))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["ring_off"])
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
-            KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr):
+            KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr, RS: tl.constexpr = 0,
+            ring_off=0):
     """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
-    takes its own item (expert, 32 rows); else a program's warps share one (NT rows)."""
+    takes its own item (expert, 32 rows); else a program's warps share one (NT rows). RS:
+    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
     NW: tl.constexpr = NT // 32
+    if RS > 0 and n_e < 0:  # never runs: a cross-warp sum, so that Triton declares global_smem for the ring
+        tl.store(out_ptr + t, tl.sum(t, 0) + t)
     if PW:
         for it in range(pid * NW, n_e * (N // 32), nprog * NW):
             wi = it + t // 32
@@ -136,18 +141,20 @@ def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constex
             e = (wi // (N // 32)).to(tl.int64)
             r0 = (wi % (N // 32)) * 32 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + 16, K, NT, KU, ST)
+                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + 16, c, ok)
     else:
         for item in range(pid, n_e * (N // NT), nprog):
             e = (item // (N // NT)).to(tl.int64)
             r0 = (item % (N // NT)) * NT + (t // 32) * 16 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + NT // 2, K, NT, KU, ST)
+                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + NT // 2, c, t >= 0)
 
 
 MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
+# mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp
+RING_TILES = [(nw, rs, pw) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)]
 
 
 def main():
@@ -176,6 +183,18 @@ def main():
             if K % (128 * ku) == 0 and (pw or N % (32 * nw) == 0):
                 go(f"mma nw={nw} KU={ku} ST={st} PW={pw}", fp4_mma, x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N,
                    K=K, KU=ku, ST=st, NT=32 * nw, PW=pw, num_warps=nw)
+        for nw, rs, pw in RING_TILES:
+            if pw or N % (32 * nw) == 0:
+                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs)
+                if any(part in f"fp4 ring nw={nw}" for part in os.environ.get("MB_ONLY", "").split("|")):
+                    try:
+                        ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)
+                        meta["ring_off"] = reserve(ck, rs * 32 * nw * RING_STAGE_BYTES_PER_THREAD.value)
+                    except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
+                        print(f"MB fp4 ring nw={nw} RS={rs} PW={pw} N={N} FAILED {type(ex).__name__}: "
+                              f"{str(ex)[:300]}", flush=True)
+                        continue
+                go(f"ring nw={nw} RS={rs} PW={pw}", fp4_mma, num_warps=nw, **meta)
         for asm, swap, tag in ((False, False, "nib"), (True, False, "nibasm"), (True, True, "nibasmT")):
             for bn, bk, st, nw in ((64, 256, 3, 4), (128, 128, 3, 4), (128, 256, 3, 8)):
                 if bk <= K and K % bk == 0:

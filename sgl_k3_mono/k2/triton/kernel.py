@@ -204,7 +204,7 @@ def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.co
 # instruction, as when they were specialised. has_prefix stays specialised (two variants a
 # width: block-write layers and the rest): unspecialised, both of its seam branches are
 # compiled in, 8.5 % more code at 2 rows.
-K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr")
+K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr", "ring_off")
 
 
 @triton.jit(do_not_specialize=K2_RUNTIME_SCALARS)
@@ -225,6 +225,8 @@ def k2_kernel(
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
+    # where mma_fp4's shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
+    ring_off,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
     I: tl.constexpr, I_UP: tl.constexpr, TOPK: tl.constexpr,
@@ -240,7 +242,7 @@ def k2_kernel(
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
-    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False,
+    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -436,7 +438,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
@@ -515,7 +517,8 @@ def k2_kernel(
                                             I // 2, NT)
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
-                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD)
+                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD,
+                                          XRSD, ring_off)
                     for j in tl.static_range(2):  # x rows 2c, 2c + 1: the (row, slot) that names e
                         tok = 2 * qc + j
                         slot = tl.zeros((NT,), tl.int32)

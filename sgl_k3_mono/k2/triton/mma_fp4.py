@@ -47,6 +47,62 @@ _WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\
              + _MMA + " {$0, $1, $2, $3}, {p2, q2, p3, q3}, {$10, $11}, {d0, d1, d2, d3};\n}")
 
 
+# The shared-memory ring (RS > 0): each thread copies its own k-block bytes into its own
+# slots (cp.async, which holds no register while the bytes are in flight) and reads back
+# only what it copied, so no barrier orders one thread against another; the ring sits past
+# every buffer of Triton's own (runtime/triton_smem.py), so nothing else touches it.
+# A stage is the four weight rows' 16 bytes ([4][NT][16 B] planes, conflict-free v4 reads)
+# then their four scale words ([4][NT][4 B]). $1 / $2: this thread's weight / scale slot
+# of the stage, $3 / $4: the plane strides, $5..$8 the rows' weight words, $9..$12 their
+# scale words, $13: 16 to copy, 0 to fill the slot with zeros and read nothing.
+_RING_BASE = tl.constexpr("mov.u32 $0, global_smem;")
+_LD16 = tl.constexpr("ld.global.v4.u32 {$0, $1, $2, $3}, [$4];")
+_RING_ISSUE = tl.constexpr("""{
+.reg .u32 d, e, n;
+shr.u32 n, $13, 2;
+cp.async.cg.shared.global [$1], [$5], 16, $13;
+cp.async.ca.shared.global [$2], [$9], 4, n;
+add.u32 d, $1, $3; add.u32 e, $2, $4;
+cp.async.cg.shared.global [d], [$6], 16, $13;
+cp.async.ca.shared.global [e], [$10], 4, n;
+add.u32 d, d, $3; add.u32 e, e, $4;
+cp.async.cg.shared.global [d], [$7], 16, $13;
+cp.async.ca.shared.global [e], [$11], 4, n;
+add.u32 d, d, $3; add.u32 e, e, $4;
+cp.async.cg.shared.global [d], [$8], 16, $13;
+cp.async.ca.shared.global [e], [$12], 4, n;
+cp.async.commit_group;
+mov.u32 $0, 0;
+}""")
+# wait until this k-block's group has landed (the RS - 1 newer ones may still fly), then
+# read its 16 weight words and 4 scale words back ($20 / $21: slots, $22 / $23: strides)
+_RING_READ = """{{
+.reg .u32 d, e;
+cp.async.wait_group {n};
+ld.shared.v4.u32 {{$0, $1, $2, $3}}, [$20];
+ld.shared.u32 $16, [$21];
+add.u32 d, $20, $22; add.u32 e, $21, $23;
+ld.shared.v4.u32 {{$4, $5, $6, $7}}, [d];
+ld.shared.u32 $17, [e];
+add.u32 d, d, $22; add.u32 e, e, $23;
+ld.shared.v4.u32 {{$8, $9, $10, $11}}, [d];
+ld.shared.u32 $18, [e];
+add.u32 d, d, $22; add.u32 e, e, $23;
+ld.shared.v4.u32 {{$12, $13, $14, $15}}, [d];
+ld.shared.u32 $19, [e];
+}}"""
+_RING_READ1 = tl.constexpr(_RING_READ.format(n=0))
+_RING_READ2 = tl.constexpr(_RING_READ.format(n=1))
+_RING_READ3 = tl.constexpr(_RING_READ.format(n=2))
+_RING_READ4 = tl.constexpr(_RING_READ.format(n=3))
+_RING_READ_IO = tl.constexpr("=r," * 20 + "r,r,r,r")
+_RING_READ_T = tl.constexpr((tl.int32,) * 20)
+RING_STAGE_BYTES_PER_THREAD = tl.constexpr(80)
+"""Shared memory a ring stage takes per thread: four 16-byte weight chunks and four scale words."""
+RING_MAX = 4
+"""The deepest ring _ring_read implements."""
+
+
 @triton.jit
 def _bfrag(x0, x1, x2, x3):
     return tl.inline_asm_elementwise(_BFRAG, "=r,=r,=r,=r,r,r,r,r", [x0, x1, x2, x3],
@@ -68,6 +124,51 @@ def _word_both_tiles(x0, x1, x2, x3, wa0, wb0, wa1, wb1, sa0, sb0, sa1, sb1, c0,
     c0, c1, c2, c3 = _word_mma(wa0, wb0, sa0, sb0, f0, f1, f2, f3, c0, c1, c2, c3)
     c4, c5, c6, c7 = _word_mma(wa1, wb1, sa1, sb1, f0, f1, f2, f3, c4, c5, c6, c7)
     return c0, c1, c2, c3, c4, c5, c6, c7
+
+
+@triton.jit
+def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes):
+    """cp.async one k-block of the four weight rows (p0..p3, 16 bytes each) and their scale
+    words (q0..q3) into this thread's slots of a ring stage, as one commit group."""
+    return tl.inline_asm_elementwise(_RING_ISSUE, "=r,r,r,r,r,l,l,l,l,l,l,l,l,r",
+                                     [wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _ring_read(wslot, sslot, wst, sst, RS: tl.constexpr):
+    """The 16 weight words and 4 scale words of the ring stage at wslot / sslot, once its
+    group has landed (RS - 1 newer groups may still be in flight)."""
+    if RS == 1:
+        return tl.inline_asm_elementwise(_RING_READ1, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
+                                         is_pure=False, pack=1)
+    elif RS == 2:
+        return tl.inline_asm_elementwise(_RING_READ2, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
+                                         is_pure=False, pack=1)
+    elif RS == 3:
+        return tl.inline_asm_elementwise(_RING_READ3, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
+                                         is_pure=False, pack=1)
+    else:
+        return tl.inline_asm_elementwise(_RING_READ4, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
+                                         is_pure=False, pack=1)
+
+
+@triton.jit
+def _xwords(xq, kb):
+    """x's 16 words of k-block kb at each thread's chunk, as four 16-byte loads in PTX: the
+    ring loop carries them one k-block ahead, and a tl.load carried across the loop would
+    come out in Triton's coalesced layout and cross to the mma's through shared memory (a
+    CTA barrier per k-block: sm_90 SASS, fifteenth session)."""
+    xk = xq + kb * 64
+    x0, x1, x2, x3 = tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [xk], dtype=(tl.int32,) * 4,
+                                               is_pure=False, pack=1)
+    x4, x5, x6, x7 = tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [xk + 4], dtype=(tl.int32,) * 4,
+                                               is_pure=False, pack=1)
+    x8, x9, x10, x11 = tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [xk + 8], dtype=(tl.int32,) * 4,
+                                                 is_pure=False, pack=1)
+    x12, x13, x14, x15 = tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [xk + 12], dtype=(tl.int32,) * 4,
+                                                   is_pure=False, pack=1)
+    return x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15
 
 
 @triton.jit
@@ -98,7 +199,8 @@ def _scales(ptr, c):
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
-                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0):
+                    NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
+                    RS: tl.constexpr = 0, ring_off=0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -111,7 +213,12 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
     group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, whose
     loads of a k-block are issued PD k-blocks' mmas before its own, so the weights stream
-    while the previous k-blocks decode (KU is then unused)."""
+    while the previous k-blocks decode (KU is then unused). RS (1..RING_MAX; 0: off): the
+    weights and scales stream through a shared-memory ring of RS stages instead, RS - 1
+    k-blocks in flight a thread with no register held for them (x is loaded one k-block
+    ahead in registers); ring_off: the ring's byte offset in the launch's shared memory
+    (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
+    own). PD and KU are then unused."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -135,7 +242,38 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
-    if PD > 0:
+    if RS > 0:
+        wst = NT * 16
+        sst = NT * 4
+        SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
+        wslot = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) \
+            + ring_off + t * 16
+        sslot = wslot + (4 * NT * 16 - t * 12)  # the scale planes follow the weight planes, 4 bytes a thread
+        nkb = K // 128
+        zero = t * 0
+        for s in tl.static_range(RS - 1):
+            kc = tl.minimum(s, nkb - 1)
+            _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0))
+        xw = _xwords(xq, 0)
+        for kb in tl.range(0, nkb, num_stages=1):
+            # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
+            nx = kb + RS - 1
+            kc = tl.minimum(nx, nkb - 1)
+            at = (nx % RS) * SB
+            _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0))
+            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
+            at = (kb % RS) * SB
+            w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
+            v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
+                 xw[13], xw[14], xw[15], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11],
+                 w[12], w[13], w[14], w[15], _scale_of(w[16], c), _scale_of(w[17], c), _scale_of(w[18], c),
+                 _scale_of(w[19], c))
+            c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+                v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
+            xw = xn
+    elif PD > 0:
         # PD + 1 register sets of a k-block (36 a thread) rotate through an unrolled step of
         # PD + 1 k-blocks: each sub-step loads into the set the previous one consumed, then
         # runs the mmas of the set loaded PD sub-steps earlier. Nothing reads a loaded
