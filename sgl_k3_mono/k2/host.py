@@ -308,6 +308,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     experts' down tiles run in experts_up after the routed items, on the programs those
     leave idle (48 routed items for 132 programs at M 1), not in experts_down (the same
     arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
+    XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
+    scales stream through mma_fp4's cp.async ring of that many stages in shared memory
+    (the same arithmetic, so the same bits; 2 at 2 rows). With mma at 3 rows and more the
+    tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -320,7 +324,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128, XPD=1, XPDD=0)
+                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0)
+        if not dense_gemv and rows >= 3:
+            t.update(BK=128)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -348,7 +354,15 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     too (XPDD 1) the launch took 142.8 / 153.6 / 203.7 / 282.6 us against 139.6 / 149.3 /
     195.6 / 274.1 (fourteenth session, one call). Four pipeline stages (STAGES 4) measured 0.8-4.5 %
     faster with bf16 experts on the H200's Triton 3.6, but a newer Triton lays the same
-    build out in 240 KB of shared memory, over the SM's 227 KB, so 3 stays."""
+    build out in 240 KB of shared memory, over the SM's 227 KB, so 3 stays.
+
+    Fifteenth session, the same build timed in one call each (MXFP4, a TP-8 rank, us at
+    1 / 2 / 4 / 8 rows; docs/evidence/k2-sm90.md): at 2 rows the experts stream through
+    mma_fp4's shared-memory ring (XRS 2 / XRSD 2: 133.7 / 178.4 / 247.0 at 2 / 4 / 8 rows
+    against 146.0 / 193.9 / 273.1); from 3 rows the tensor-core dense phases step 128 of K
+    (BK 128: 144.3 / 179.0 / 237.6), and not both (256.5 at 8 rows). At 1 row neither
+    (136.0 with the ring, 134.1 without). k2_tiles' mma branch holds these, so a sweep's
+    one-key override (set_block) keeps them."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
