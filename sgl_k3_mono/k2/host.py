@@ -665,7 +665,10 @@ class K2Launch:
     def _run_triton(self, args: tuple, meta: dict, **consts) -> None:
         """One Triton launch. With mma_fp4's ring (XRS / XRSD) its shared memory is reserved
         past Triton's own on the compiled kernel before that is first loaded, and the
-        launch is told where it starts (ring_off, the last positional argument)."""
+        launch is told where it starts (ring_off, the last positional argument). The
+        compiled kernel is looked up (warmup) at every launch, not cached here: the
+        specialised has_prefix makes two builds a width, each with its own reservation,
+        and a captured step pays the lookup once, at capture."""
         from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
         grid = (self.plan.grid,)

@@ -1,6 +1,9 @@
 """MXFP4 expert projections on sm_90 with the weights decoded straight into mma.sync's
-register operands (Triton, inline PTX): no trip through shared memory, about 3 PTX
-instructions a code against tl.dot_scaled's 7-9 (docs/evidence/k2-sm90.md).
+register operands (Triton, inline PTX): no decoded value goes through shared memory, about
+3 PTX instructions a code against tl.dot_scaled's 7-9 (docs/evidence/k2-sm90.md). The
+coded bytes reach the registers either by plain loads a k-block ahead (PD) or through a
+per-thread cp.async ring in shared memory (RS), which keeps more k-blocks in flight
+without holding registers for them.
 
 Every tensor here has one element per thread ([NT] = 32 x num_warps, element t on thread
 t), so a per-thread register in the PTX is an element in Triton, and the mma's cross-lane
@@ -55,6 +58,8 @@ _WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\
 # then their four scale words ([4][NT][4 B]). $1 / $2: this thread's weight / scale slot
 # of the stage, $3 / $4: the plane strides, $5..$8 the rows' weight words, $9..$12 their
 # scale words, $13: 16 to copy, 0 to fill the slot with zeros and read nothing.
+# A slot is refilled one iteration after it was read: its ld.shared was issued first, and it
+# reads the slot long before the refill's global bytes can land there.
 _RING_BASE = tl.constexpr("mov.u32 $0, global_smem;")
 _LD16 = tl.constexpr("ld.global.v4.u32 {$0, $1, $2, $3}, [$4];")
 _RING_ISSUE = tl.constexpr("""{
