@@ -23,20 +23,19 @@ def test_every_width_tp_mode_and_format_is_a_member(target):
 
 
 def test_groups_follow_the_tile_classes():
-    """sm_90 K2 with MXFP4 experts compiles three kernels a TP (1 row, 2 and more:
-    host.default_tiles; from 5 rows the split seam's slices widen to 512 columns to fit
-    the grid), and at a TP-8 rank 2 rows take one of their own: the shared down rides in
-    experts_up there (host.sdu_fits: 96 routed items for 132 programs), not at 3 and 4
-    rows; no group mixes TP sizes, formats or K1 modes."""
+    """sm_90 K2 with MXFP4 experts compiles four kernels a TP: 1 row, 2 rows (the experts'
+    shared-memory ring: host.k2_tiles), 3 and 4 rows (BK 128), and from 5 rows (the split
+    seam's slices widen to 512 columns to fit the grid); no group mixes TP sizes, formats
+    or K1 modes."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         groups = ce.group(ce.triton_members("sm_90"), lambda m: ce.triton_key("sm_90", m.build("sm_90")))
     by_rep = {rep.name: names for rep, names in groups}
-    assert by_rep["k2-mxfp4-tp8-M1"] == ["k2-mxfp4-tp8-M1"]
-    assert by_rep["k2-mxfp4-tp8-M2"] == ["k2-mxfp4-tp8-M2"]
-    assert by_rep["k2-mxfp4-tp8-M3"] == ["k2-mxfp4-tp8-M3", "k2-mxfp4-tp8-M4"]
-    assert by_rep["k2-mxfp4-tp4-M2"] == [f"k2-mxfp4-tp4-M{m}" for m in range(2, 5)]
-    assert by_rep["k2-mxfp4-tp8-M5"] == [f"k2-mxfp4-tp8-M{m}" for m in range(5, 9)]
+    for tp in (1, 2, 4, 8):
+        assert by_rep[f"k2-mxfp4-tp{tp}-M1"] == [f"k2-mxfp4-tp{tp}-M1"]
+        assert by_rep[f"k2-mxfp4-tp{tp}-M2"] == [f"k2-mxfp4-tp{tp}-M2"]
+        assert by_rep[f"k2-mxfp4-tp{tp}-M3"] == [f"k2-mxfp4-tp{tp}-M3", f"k2-mxfp4-tp{tp}-M4"]
+        assert by_rep[f"k2-mxfp4-tp{tp}-M5"] == [f"k2-mxfp4-tp{tp}-M{m}" for m in range(5, 9)]
     for names in by_rep.values():
         assert len({n.rsplit("-M", 1)[0] for n in names}) == 1, names  # one launch, kind, TP and format
 
