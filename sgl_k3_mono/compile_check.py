@@ -203,12 +203,12 @@ def check_one(name: str, build, target: str) -> Result:
         return res
     res.seconds = time.time() - t0
     res.shared_bytes = int(ck.metadata.shared)
-    stages = max(meta.get("XRS", 0), meta.get("XRSD", 0))
-    if stages:  # mma_fp4's ring, reserved past Triton's own at the first launch (runtime/triton_smem.py)
-        from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
+    if name.startswith("k2-"):  # mma_fp4's ring, reserved past Triton's own at the first launch
+        from sgl_k3_mono.k2.host import ring_bytes
         from sgl_k3_mono.runtime.triton_smem import ALIGN
 
-        res.shared_bytes = -(-res.shared_bytes // ALIGN) * ALIGN + stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
+        if ring_bytes(meta):
+            res.shared_bytes = -(-res.shared_bytes // ALIGN) * ALIGN + ring_bytes(meta)
     if target == "sm_90":
         ptx = ck.asm.get("ptx", "")
         r = _nv_resources(ck.asm["cubin"])

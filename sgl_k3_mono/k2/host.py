@@ -440,7 +440,7 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XPD", "XPDD"):  # mma_fp4's register rings hold 1 or 2 k-blocks ahead
         if b.get(key, 0) not in (0, 1, 2):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the register prefetch takes 0, 1 or 2 k-blocks")
-    for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: 2..RING_MAX stages (0: off)
+    for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -477,6 +477,17 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
         b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
     return b
+
+
+def ring_bytes(meta: dict) -> int:
+    """Shared memory mma_fp4's ring takes in a launch of these options (0: no ring): the
+    deeper of the two expert phases' rings, a stage of RING_STAGE_BYTES_PER_THREAD a thread."""
+    stages = max(meta.get("XRS", 0), meta.get("XRSD", 0))
+    if not stages:
+        return 0
+    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
+
+    return stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
 
 
 @dataclass
@@ -672,14 +683,12 @@ class K2Launch:
         from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
         grid = (self.plan.grid,)
-        stages = max(meta["XRS"], meta["XRSD"])
-        if stages:
-            from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
+        nbytes = ring_bytes(meta)
+        if nbytes:
             from sgl_k3_mono.runtime.triton_smem import reserve
 
             compiled = k2_kernel.warmup(*args, grid=grid, **consts, **meta)
-            off = reserve(compiled, stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value)
-            args = args[:-1] + (off,)
+            args = args[:-1] + (reserve(compiled, nbytes),)
         k2_kernel[grid](*args, **consts, **meta)
 
     def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,

@@ -32,8 +32,6 @@ pytestmark = pytest.mark.gpu
 def test_steps_match_the_reference_step(name, fmt, rows, steps, graph):
     from sgl_k3_mono.forward import compare, harness, yardstick
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
     torch.set_num_threads(max(1, os.cpu_count() or 1))  # the reference runs on the host
     bounds = yardstick.bounds_for(name, fmt, rows, steps)
     c = compare.compare(harness.shape(name, expert_format=fmt), rows=rows, steps=steps, graph=graph,
@@ -52,8 +50,6 @@ def test_a_drafts_captured_streams_match_the_reference():
     step's captures, with every bound of the logits case as well."""
     from sgl_k3_mono.forward import compare, harness, yardstick
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     bounds = yardstick.bounds_for("tiny", "bf16", 3, 64)  # the bounds of 64 steps hold for 8
     c = compare.compare(harness.shape("tiny"), rows=3, steps=8, graph=False, device="cuda", isa="sm_90",
@@ -76,8 +72,6 @@ def test_k_split_steps_against_the_default_steps(seed):
     maxima printed). Not in `tests.sh forward` (~2 min a seed): `tests.sh ksx-forward`."""
     from sgl_k3_mono.forward import compare, harness, yardstick
 
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
     torch.set_num_threads(max(1, os.cpu_count() or 1))
     bounds = yardstick.bounds_for("real", "mxfp4", 4, 16)
     found = {}

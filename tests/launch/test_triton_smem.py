@@ -2,10 +2,9 @@
 for the two CompiledKernel fields it rewrites (Triton 3.6 on the H200, 3.8 here)."""
 
 import pytest
+import triton
 
-triton = pytest.importorskip("triton")
-
-from sgl_k3_mono.runtime import triton_smem  # noqa: E402
+from sgl_k3_mono.runtime import triton_smem
 
 
 def _compiled():

@@ -96,7 +96,6 @@ add.u32 d, d, $22; add.u32 e, e, $23;
 ld.shared.v4.u32 {{$12, $13, $14, $15}}, [d];
 ld.shared.u32 $19, [e];
 }}"""
-_RING_READ1 = tl.constexpr(_RING_READ.format(n=0))
 _RING_READ2 = tl.constexpr(_RING_READ.format(n=1))
 _RING_READ3 = tl.constexpr(_RING_READ.format(n=2))
 _RING_READ4 = tl.constexpr(_RING_READ.format(n=3))
@@ -104,8 +103,8 @@ _RING_READ_IO = tl.constexpr("=r," * 20 + "r,r,r,r")
 _RING_READ_T = tl.constexpr((tl.int32,) * 20)
 RING_STAGE_BYTES_PER_THREAD = tl.constexpr(80)
 """Shared memory a ring stage takes per thread: four 16-byte weight chunks and four scale words."""
-RING_MAX = 4
-"""The deepest ring _ring_read implements."""
+RING_STAGES = (2, 3, 4)
+"""The ring depths _ring_read implements."""
 
 
 @triton.jit
@@ -144,10 +143,7 @@ def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes):
 def _ring_read(wslot, sslot, wst, sst, RS: tl.constexpr):
     """The 16 weight words and 4 scale words of the ring stage at wslot / sslot, once its
     group has landed (RS - 1 newer groups may still be in flight)."""
-    if RS == 1:
-        return tl.inline_asm_elementwise(_RING_READ1, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
-                                         is_pure=False, pack=1)
-    elif RS == 2:
+    if RS == 2:
         return tl.inline_asm_elementwise(_RING_READ2, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
                                          is_pure=False, pack=1)
     elif RS == 3:
@@ -218,7 +214,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
     group's share). PD (1 or 2; 0: off, KU steps as above): a register prefetch, whose
     loads of a k-block are issued PD k-blocks' mmas before its own, so the weights stream
-    while the previous k-blocks decode (KU is then unused). RS (1..RING_MAX; 0: off): the
+    while the previous k-blocks decode (KU is then unused). RS (RING_STAGES; 0: off): the
     weights and scales stream through a shared-memory ring of RS stages instead, RS - 1
     k-blocks in flight a thread with no register held for them (x is loaded one k-block
     ahead in registers); ring_off: the ring's byte offset in the launch's shared memory
