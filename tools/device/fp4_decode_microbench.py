@@ -121,10 +121,11 @@ def _store_mma(out_ptr, acc, e, R, N: tl.constexpr, r0, r1, c, ok):
 @triton.jit(do_not_specialize=["ring_off"])
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
             KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr, RS: tl.constexpr = 0,
-            ring_off=0):
+            ring_off=0, XA: tl.constexpr = 1, XPF: tl.constexpr = 0):
     """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
     takes its own item (expert, 32 rows); else a program's warps share one (NT rows). RS:
-    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers)."""
+    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers),
+    its x XA k-blocks ahead and (XPF) asked of L1 RS - 1 ahead."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.arange(0, NT)
@@ -141,20 +142,22 @@ def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constex
             e = (wi // (N // 32)).to(tl.int64)
             r0 = (wi % (N // 32)) * 32 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off)
+                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off, XA, XPF)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + 16, c, ok)
     else:
         for item in range(pid, n_e * (N // NT), nprog):
             e = (item // (N // NT)).to(tl.int64)
             r0 = (item % (N // NT)) * NT + (t // 32) * 16 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off)
+                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off, XA, XPF)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + NT // 2, c, t >= 0)
 
 
 MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
-# mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp
-RING_TILES = [(nw, rs, pw) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)]
+# mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp; x's
+# k-blocks ahead in registers and its L1 prefetch (sixteenth session)
+RING_TILES = [(nw, rs, pw, xa, xpf) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)
+              for xa, xpf in ((1, 0), (2, 0), (1, 1))]
 
 
 def main():
@@ -174,6 +177,25 @@ def main():
         def go(name, fn, **meta):
             _measure(f"fp4 {name} N={N} K={K} E={n_e} R={R}", fn, out, lambda: out, ref, nbytes, nsm, bw, **meta)
 
+        def cold(name, nw, meta, copies=8):
+            # the same launch over `copies` weight sets in turn, one graph: the sets together pass
+            # L2 (60 MB), so every launch reads its weights from HBM, as K2 does
+            from sgl_k3_mono.timing import graph_time_us
+
+            ws = [w] + [w.clone() for _ in range(copies - 1)]
+            ss = [s] + [s.clone() for _ in range(copies - 1)]
+            run = dict(meta)
+
+            def f():
+                for wc, sc in zip(ws, ss):
+                    run.update(w_ptr=wc, s_ptr=sc)
+                    fp4_mma[(nsm,)](out_ptr=out, num_warps=nw, **run)
+            f()
+            us = graph_time_us(f, iters=5, reps=5) / copies
+            print(f"MB fp4 {name} N={N} K={K} E={n_e} R={R} COLD us={us:8.1f} GBs={nbytes / us / 1e3:7.0f} "
+                  f"frac={nbytes / us / 1e3 / (bw / 2):.2f}", flush=True)
+            del ws, ss
+
         bk0 = 256 if K >= 1024 else 128
         bn0 = 64 if K >= 1024 else 128
         for fast in (False, True):
@@ -183,18 +205,22 @@ def main():
             if K % (128 * ku) == 0 and (pw or N % (32 * nw) == 0):
                 go(f"mma nw={nw} KU={ku} ST={st} PW={pw}", fp4_mma, x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N,
                    K=K, KU=ku, ST=st, NT=32 * nw, PW=pw, num_warps=nw)
-        for nw, rs, pw in RING_TILES:
+        for nw, rs, pw, xa, xpf in RING_TILES:
             if pw or N % (32 * nw) == 0:
-                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs)
-                if any(part in f"fp4 ring nw={nw}" for part in os.environ.get("MB_ONLY", "").split("|")):
-                    try:
-                        ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)
-                        meta["ring_off"] = reserve(ck, rs * 32 * nw * RING_STAGE_BYTES_PER_THREAD.value)
-                    except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
-                        print(f"MB fp4 ring nw={nw} RS={rs} PW={pw} N={N} FAILED {type(ex).__name__}: "
-                              f"{str(ex)[:300]}", flush=True)
-                        continue
-                go(f"ring nw={nw} RS={rs} PW={pw}", fp4_mma, num_warps=nw, **meta)
+                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs,
+                            XA=xa, XPF=xpf)
+                name = f"ring nw={nw} RS={rs} PW={pw} XA={xa} XPF={xpf}"
+                if not any(part in f"fp4 {name}" for part in os.environ.get("MB_ONLY", "").split("|")):
+                    continue
+                try:
+                    ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)
+                    meta["ring_off"] = reserve(ck, rs * 32 * nw * RING_STAGE_BYTES_PER_THREAD.value)
+                except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
+                    print(f"MB fp4 {name} N={N} FAILED {type(ex).__name__}: {str(ex)[:300]}", flush=True)
+                    continue
+                go(name, fp4_mma, num_warps=nw, **meta)
+                if os.environ.get("MB_COLD") == "1":
+                    cold(name, nw, meta)
         for asm, swap, tag in ((False, False, "nib"), (True, False, "nibasm"), (True, True, "nibasmT")):
             for bn, bk, st, nw in ((64, 256, 3, 4), (128, 128, 3, 4), (128, 256, 3, 8)):
                 if bk <= K and K % bk == 0:
