@@ -14,6 +14,9 @@ unexplained). From the repository root on the GPU:
     ncu --clock-control none -k regex:fp4_k2dot --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mb
     ncu --clock-control none -k regex:fp4_ds --launch-count 1 $S python3 tools/device/ncu_k2_experts.py mbup
     ncu --clock-control none -k regex:fp4_mma --launch-count 2 $S python3 tools/device/ncu_k2_experts.py mma
+    ncu --clock-control none -k regex:fp4_mma --launch-count 2 $S python3 tools/device/ncu_k2_experts.py ring
+
+(`k2` takes NCU_M, the rows, 8 by default, and NCU_BLOCK, a tile override; `ring` NCU_RS.)
 
 Results: docs/evidence/logs/s6-ncu-*.log (k2-sm90.md)."""
 import os
@@ -28,7 +31,7 @@ def k2() -> None:
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
 
-    d, m = tp8_rank_dims(), 8
+    d, m = tp8_rank_dims(), int(os.environ.get("NCU_M", "8"))
     rw = random_k2_weights(d, fmt="mxfp4", device="cuda", seed=1).shard(0, 1)
     g = torch.Generator(device="cuda").manual_seed(m)
     attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
@@ -37,6 +40,9 @@ def k2() -> None:
     out = torch.empty(m, d.hidden, dtype=torch.bfloat16, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     launch = K2Launch.build(K2Plan.for_weights(rw, m, isa="sm_90", bank_rows=8, grid=sms), "cuda")
+    block = {k: int(v) for k, v in (kv.split("=") for kv in os.environ.get("NCU_BLOCK", "").split(",") if kv)}
+    if block:  # a sweep's override (bench k2 --block), e.g. NCU_BLOCK=XRS=2,XRSD=2
+        launch.set_block(**block)
     launch(rw, attn, bank, 4, prefix, out)
     for p in (4, 5):
         launch(rw, attn, bank, 4, prefix, out, phase=p)
@@ -83,5 +89,23 @@ def mma() -> None:
     torch.cuda.synchronize()
 
 
+def ring() -> None:
+    """The microbenchmark's mma_fp4 kernel through the shared-memory ring (NCU_RS stages,
+    2 by default) over the down then the gate/up shape, 8 warps, a program's warps an item."""
+    sys.path.insert(0, "tools/device")
+    import fp4_decode_microbench as bench
+    from sgl_k3_mono.runtime.triton_smem import reserve
+
+    rs = int(os.environ.get("NCU_RS", "2"))
+    for N, K in ((3584, 384), (768, 3584)):
+        _, w, s, x, _, _ = bench.fp4_case("cuda", N, K, 117, 8, scales=(118, 128))
+        out = torch.empty(117, 8, N, device="cuda")
+        meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, out_ptr=out, n_e=117, R=8, N=N, K=K, KU=1, ST=1, NT=256, PW=0, RS=rs,
+                    num_warps=8)
+        ck = bench.fp4_mma.warmup(grid=(132,), ring_off=0, **meta)
+        bench.fp4_mma[(132,)](ring_off=reserve(ck, rs * 256 * bench.RING_STAGE_BYTES_PER_THREAD.value), **meta)
+    torch.cuda.synchronize()
+
+
 if __name__ == "__main__":
-    {"k2": k2, "mb": mb, "mbup": mbup, "mma": mma}[sys.argv[1]]()
+    {"k2": k2, "mb": mb, "mbup": mbup, "mma": mma, "ring": ring}[sys.argv[1]]()
