@@ -443,9 +443,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
-    if b.get("XAR", 1) not in (1, 2) or b.get("XPF", 0) not in (0, 1):
-        raise ValueError(f"K2 tiles: XAR={b.get('XAR')} / XPF={b.get('XPF')}; the ring's x is 1 or 2 k-blocks "
-                         "ahead, its L1 prefetch 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -645,7 +642,6 @@ class K2Launch:
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
-            XAR=b.get("XAR", 1), XPF=b.get("XPF", 0),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=bool(b.get("SDU", 0)),

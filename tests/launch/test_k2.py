@@ -209,8 +209,7 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
-    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0", "XRS=3,XRSD=3,XAR=2,SEAM_SPLIT=0",
-                  "XRS=4,XRSD=2,XPF=1,SEAM_SPLIT=0"):
+    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0"):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2RING M={rows} {tiles}: against the register loop max_abs={diff.max().item():.4g} "

@@ -18,7 +18,9 @@ at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
               KU: 128-code blocks a loop step, ST: pipeline stages of the weight loads, PW:
               an item a warp)
 Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
-(MB_ONLY=<substring>[|<substring>...] filters). Results (docs/evidence/k2-sm90.md):
+(MB_ONLY=<substring>[|<substring>...] filters; MB_COLD=1 also times each ring variant over
+eight weight sets in one graph, past L2, so its weights come from HBM as in K2: the same
+times as the warm ones, sixteenth session). Results (docs/evidence/k2-sm90.md):
 seventh session: fast_math takes 22-23 % of the time off gate/up and 13-20 % off down,
 and went into K2; the bit-placement planes lose to dot_scaled (weights the rhs: Triton
 gives the K/2 dots mma.sync, not wgmma; weights the lhs: wgmma, but the decoded planes go
@@ -121,11 +123,10 @@ def _store_mma(out_ptr, acc, e, R, N: tl.constexpr, r0, r1, c, ok):
 @triton.jit(do_not_specialize=["ring_off"])
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
             KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr, RS: tl.constexpr = 0,
-            ring_off=0, XA: tl.constexpr = 1, XPF: tl.constexpr = 0):
+            ring_off=0):
     """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
     takes its own item (expert, 32 rows); else a program's warps share one (NT rows). RS:
-    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers),
-    its x XA k-blocks ahead and (XPF) asked of L1 RS - 1 ahead."""
+    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.arange(0, NT)
@@ -142,22 +143,20 @@ def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constex
             e = (wi // (N // 32)).to(tl.int64)
             r0 = (wi % (N // 32)) * 32 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off, XA, XPF)
+                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + 16, c, ok)
     else:
         for item in range(pid, n_e * (N // NT), nprog):
             e = (item // (N // NT)).to(tl.int64)
             r0 = (item % (N // NT)) * NT + (t // 32) * 16 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off, XA, XPF)
+                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + NT // 2, c, t >= 0)
 
 
 MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
-# mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp; x's
-# k-blocks ahead in registers and its L1 prefetch (sixteenth session)
-RING_TILES = [(nw, rs, pw, xa, xpf) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)
-              for xa, xpf in ((1, 0), (2, 0), (1, 1))]
+# mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp
+RING_TILES = [(nw, rs, pw) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)]
 
 
 def main():
@@ -205,11 +204,10 @@ def main():
             if K % (128 * ku) == 0 and (pw or N % (32 * nw) == 0):
                 go(f"mma nw={nw} KU={ku} ST={st} PW={pw}", fp4_mma, x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N,
                    K=K, KU=ku, ST=st, NT=32 * nw, PW=pw, num_warps=nw)
-        for nw, rs, pw, xa, xpf in RING_TILES:
+        for nw, rs, pw in RING_TILES:
             if pw or N % (32 * nw) == 0:
-                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs,
-                            XA=xa, XPF=xpf)
-                name = f"ring nw={nw} RS={rs} PW={pw} XA={xa} XPF={xpf}"
+                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs)
+                name = f"ring nw={nw} RS={rs} PW={pw}"
                 if not any(part in f"fp4 {name}" for part in os.environ.get("MB_ONLY", "").split("|")):
                     continue
                 try:

@@ -62,7 +62,6 @@ _WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\
 # reads the slot long before the refill's global bytes can land there.
 _RING_BASE = tl.constexpr("mov.u32 $0, global_smem;")
 _LD16 = tl.constexpr("ld.global.v4.u32 {$0, $1, $2, $3}, [$4];")
-_L1_PREFETCH = tl.constexpr("prefetch.global.L1 [$1]; mov.u32 $0, 0;")
 _RING_ISSUE = tl.constexpr("""{
 .reg .u32 d, e, n;
 shr.u32 n, $13, 2;
@@ -174,12 +173,6 @@ def _xwords(xq, kb):
 
 
 @triton.jit
-def _l1_prefetch(ptr):
-    """Ask L1 for the line at each thread's pointer: fire and forget."""
-    return tl.inline_asm_elementwise(_L1_PREFETCH, "=r,l", [ptr], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _words(ptr):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
@@ -208,7 +201,7 @@ def _scales(ptr, c):
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, XA: tl.constexpr = 1, XPF: tl.constexpr = 0):
+                    RS: tl.constexpr = 0, ring_off=0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -226,9 +219,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks in flight a thread with no register held for them (x is loaded one k-block
     ahead in registers); ring_off: the ring's byte offset in the launch's shared memory
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
-    own). PD and KU are then unused. With the ring, x is loaded XA (1 or 2) k-blocks ahead
-    in registers, and XPF (0 / 1) asks L1 for it RS - 1 k-blocks ahead, where the weights
-    are: x comes from L2, and one k-block ahead its latency is a loop step's."""
+    own). PD and KU are then unused."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -265,12 +256,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0))
-        if XPF:
-            for s in tl.static_range(1, RS - 1):
-                _l1_prefetch(xq + tl.minimum(s, nkb - 1) * 64)
         xw = _xwords(xq, 0)
-        if XA > 1:
-            xv = _xwords(xq, tl.minimum(1, nkb - 1))
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
             nx = kb + RS - 1
@@ -278,9 +264,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0))
-            if XPF:
-                _l1_prefetch(xq + kc * 64)
-            xn = _xwords(xq, tl.minimum(kb + XA, nkb - 1))
+            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
             v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
@@ -289,11 +273,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                  _scale_of(w[19], c))
             c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                 v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
-            if XA > 1:
-                xw = xv
-                xv = xn
-            else:
-                xw = xn
+            xw = xn
     elif PD > 0:
         # PD + 1 register sets of a k-block (36 a thread) rotate through an unrolled step of
         # PD + 1 k-blocks: each sub-step loads into the set the previous one consumed, then
