@@ -310,7 +310,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; 2 at 2 rows). With mma at 3 rows and more the
+    (the same arithmetic, so the same bits; 2 at 2 rows). XCG (0; 1 an option, not yet
+    timed): the register loops load the experts' weights and scales past L1, so L1 keeps
+    x (the same bits). With mma at 3 rows and more the
     tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
@@ -443,6 +445,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
+    if b.get("XCG", 0) not in (0, 1):  # mma_fp4's register loops: weights past L1, or not
+        raise ValueError(f"K2 tiles: XCG={b['XCG']}; the weights' L1 bypass is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -642,6 +646,7 @@ class K2Launch:
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
+            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False,
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=bool(b.get("SDU", 0)),

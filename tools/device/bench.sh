@@ -11,6 +11,7 @@
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh ring      # K2's shared-memory expert ring and BK 128, A/B, with the ring's tests
+#   bash tools/device/bench.sh l1        # K2's experts with their weights past L1 (XCG), alone and with the rings
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -78,8 +79,17 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" k2_sweep k2-ring 240 mxfp4 1,2,4,8 "" BK=128 BK=128,KSX=-1 BK=128,KSX=-1,KUD=3 XRS=3 \
       XRS=3,XRSD=3 BK=128,XRS=3,XRSD=3,KSX=-1 BK=128,XRS=4,XRSD=4
     cat "$OUT/k2-ring-bitwise.out" "$OUT/k2-ring-cases.out" ;;
+  l1)  # mma_fp4's register loops with the weights past L1 (XCG 1), alone and beside the rings: with
+       # experts_down's ring alone (XRSD 2) experts_up's unchanged register loop went from 77.6 to
+       # 118.0 us at 8 rows (sixteenth session), as if the ring's shared memory had cost x its L1
+       # place; the options' bitwise test first, beside the warm step (~5 min)
+    ( t k2-options 420 tests/launch/test_k2.py -k expert_options ) > "$OUT/k2-options.out" 2>&1 &
+    p1=$!
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-l1 200 mxfp4 1,2,4,8 "" XCG=1 XCG=1,XRSD=2 XCG=1,XRSD=4 \
+      XCG=1,XRS=2,XRSD=2 XCG=1,XRS=2,XRSD=4
+    cat "$OUT/k2-options.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -173,11 +173,14 @@ def _xwords(xq, kb):
 
 
 @triton.jit
-def _words(ptr):
+def _words(ptr, CG: tl.constexpr = False):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
-    nothing."""
-    v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
+    nothing. CG: cached in L2 only (ld.global.cg), so the bytes pass L1 by."""
+    if CG:
+        v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :], cache_modifier=".cg")
+    else:
+        v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
     w1, w3 = tl.split(b)
@@ -193,15 +196,22 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _scales(ptr, c):
+def _load_word(ptr, CG: tl.constexpr = False):
+    if CG:
+        return tl.load(ptr, cache_modifier=".cg")
+    return tl.load(ptr)
+
+
+@triton.jit
+def _scales(ptr, c, CG: tl.constexpr = False):
     """_scale_of the scale word at ptr."""
-    return _scale_of(tl.load(ptr), c)
+    return _scale_of(_load_word(ptr, CG), c)
 
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0):
+                    RS: tl.constexpr = 0, ring_off=0, CG: tl.constexpr = False):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -219,7 +229,11 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks in flight a thread with no register held for them (x is loaded one k-block
     ahead in registers); ring_off: the ring's byte offset in the launch's shared memory
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
-    own). PD and KU are then unused."""
+    own). PD and KU are then unused. CG (the register loops): the weights and scales are
+    loaded past L1 (ld.global.cg), which then keeps x: each byte of a weight is read
+    once, x by every warp of the program (sixteenth session: with the ring's shared
+    memory reserved in experts_down alone, experts_up's register loop, unchanged, went from
+    77.6 to 118.0 us at 8 rows, as if x had lost its place in L1)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -283,53 +297,56 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True, CG=CG)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True, CG=CG)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, CG=CG)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, CG=CG)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True, CG=CG)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, CG=CG)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, CG=CG)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, CG=CG),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False,
+            CG: tl.constexpr = False):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
-    scale words as loaded, for _kblock_mma to decode)."""
+    scale words as loaded, for _kblock_mma to decode; CG: weights and scales past L1)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
     x8, x9, x10, x11 = _words(xk + 8)
     x12, x13, x14, x15 = _words(xk + 12)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16, CG)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16, CG)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16, CG)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16, CG)
     if RAW:
-        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
+        s0, s1 = _load_word(sa0 + kb, CG), _load_word(sb0 + kb, CG)
+        s2, s3 = _load_word(sa1 + kb, CG), _load_word(sb1 + kb, CG)
     else:
-        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
+        s0, s1 = _scales(sa0 + kb, c, CG), _scales(sb0 + kb, c, CG)
+        s2, s3 = _scales(sa1 + kb, c, CG), _scales(sb1 + kb, c, CG)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
