@@ -197,6 +197,7 @@ def _scale_of(word, c):
 
 @triton.jit
 def _load_word(ptr, CG: tl.constexpr = False):
+    """The word at each thread's pointer (CG: past L1)."""
     if CG:
         return tl.load(ptr, cache_modifier=".cg")
     return tl.load(ptr)
