@@ -205,10 +205,10 @@ def check_one(name: str, build, target: str) -> Result:
     res.shared_bytes = int(ck.metadata.shared)
     if name.startswith("k2-"):  # mma_fp4's ring, reserved past Triton's own at the first launch
         from sgl_k3_mono.k2.host import ring_bytes
-        from sgl_k3_mono.runtime.triton_smem import ALIGN
+        from sgl_k3_mono.runtime.triton_smem import start_past
 
         if ring_bytes(meta):
-            res.shared_bytes = -(-res.shared_bytes // ALIGN) * ALIGN + ring_bytes(meta)
+            res.shared_bytes = start_past(res.shared_bytes) + ring_bytes(meta)
     if target == "sm_90":
         ptx = ck.asm.get("ptx", "")
         r = _nv_resources(ck.asm["cubin"])

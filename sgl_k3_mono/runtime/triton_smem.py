@@ -21,9 +21,9 @@ MAX_SHARED_SM90 = 232448
 """The opt-in shared memory a block may take on sm_90 (227 KB)."""
 
 
-def reserved_offset(kernel) -> int | None:
-    """The offset a previous `reserve` returned for this compiled kernel, if any."""
-    return getattr(kernel, "_sgl_k3_mono_reserved", (None, 0))[0]
+def start_past(shared: int) -> int:
+    """Where a buffer reserved past `shared` bytes of Triton's own begins (ALIGN-ed)."""
+    return -(-shared // ALIGN) * ALIGN
 
 
 def reserve(kernel, nbytes: int, *, limit: int = MAX_SHARED_SM90) -> int:
@@ -40,7 +40,7 @@ def reserve(kernel, nbytes: int, *, limit: int = MAX_SHARED_SM90) -> int:
     if getattr(kernel, "module", None) is not None or getattr(kernel, "_run", None) is not None:
         raise RuntimeError(f"{kernel.name}: loaded before its shared memory was reserved")
     meta = kernel.metadata
-    off = -(-meta.shared // ALIGN) * ALIGN
+    off = start_past(meta.shared)
     total = off + nbytes
     if total > limit:
         raise ValueError(f"{kernel.name}: {meta.shared} B of Triton's shared memory and {nbytes} B reserved "
