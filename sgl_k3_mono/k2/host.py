@@ -312,7 +312,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
     (the same arithmetic, so the same bits; 2 at 2 rows). XCG (0; 1 an option, not yet
     timed): the register loops load the experts' weights and scales past L1, so L1 keeps
-    x (the same bits). With mma at 3 rows and more the
+    x (the same bits). CARVE (0; 1 an option, not yet timed): the compiled launch's
+    shared-memory carveout is fitted to its block (runtime/triton_smem.fit_carveout), so
+    L1 keeps the rest of the SM where Triton would ask for the largest shared part. With mma at 3 rows and more the
     tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
@@ -447,6 +449,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("XCG", 0) not in (0, 1):  # mma_fp4's register loops: weights past L1, or not
         raise ValueError(f"K2 tiles: XCG={b['XCG']}; the weights' L1 bypass is 0 or 1")
+    if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
+        raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -481,6 +485,11 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
         b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
     return b
+
+
+def _runs_ptx() -> bool:
+    """Triton compiles to the device here (not its CPU interpreter)."""
+    return os.environ.get("TRITON_INTERPRET") != "1"
 
 
 def ring_bytes(meta: dict) -> int:
@@ -586,7 +595,7 @@ class K2Launch:
         pl, s = self.plan, self.scratch
         ex = w.moe.experts
         # the interpreter runs no PTX; the HIP build has its own tiles
-        mma = pl.mma_experts and not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
+        mma = pl.mma_experts and not self.hip and _runs_ptx()
         b = dict(self.block)
         if b.get("KSX", 1) < 0:
             b["KSX"] = ksx_choice(b["num_warps"], rows=pl.rows, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
@@ -597,7 +606,7 @@ class K2Launch:
             raise ValueError(f"K2Launch: layer {layer}'s MXFP4 expert tensors are off the 16-byte alignment "
                              "its plan was built for (K2Plan.experts_aligned)")
         front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
-        b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and os.environ.get("TRITON_INTERPRET") != "1"
+        b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and _runs_ptx()
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
@@ -646,7 +655,7 @@ class K2Launch:
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
-            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False,
+            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False, CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=bool(b.get("SDU", 0)),
@@ -689,11 +698,14 @@ class K2Launch:
 
         grid = (self.plan.grid,)
         nbytes = ring_bytes(meta)
-        if nbytes:
-            from sgl_k3_mono.runtime.triton_smem import reserve
+        if nbytes or meta["CARVE"]:
+            from sgl_k3_mono.runtime import triton_smem
 
             compiled = k2_kernel.warmup(*args, grid=grid, **consts, **meta)
-            args = args[:-1] + (reserve(compiled, nbytes),)
+            if nbytes:
+                args = args[:-1] + (triton_smem.reserve(compiled, nbytes),)
+            if meta["CARVE"]:  # after the reservation: the carveout is fitted to the final size
+                triton_smem.fit_carveout(compiled)
         k2_kernel[grid](*args, **consts, **meta)
 
     def __call__(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,

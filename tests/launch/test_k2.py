@@ -164,7 +164,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines and the shared down run in
-    experts_up (SDU), the weights' L1 bypass (XCG) and experts_down's ring change no
+    experts_up (SDU), the weights' L1 bypass (XCG), the fitted carveout (CARVE) and
+    the rings change no
     arithmetic, so their output is bitwise the plain one's;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
@@ -184,6 +185,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("SDU=1,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("XCG=1,SEAM_SPLIT=0", True), ("XCG=1,XPD=1,XRSD=2,SEAM_SPLIT=0", True),
+                           ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()

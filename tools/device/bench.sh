@@ -12,6 +12,8 @@
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh ring      # K2's shared-memory expert ring and BK 128, A/B, with the ring's tests
 #   bash tools/device/bench.sh l1        # K2's experts with their weights past L1 (XCG), alone and with the rings
+#   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
+#                                        # rings, and which shared size each build ran with (~8 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -88,8 +90,25 @@ case "${1:-}" in
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-l1 200 mxfp4 1,2,4,8 "" XCG=1 XCG=1,XRSD=2 XCG=1,XRSD=4 \
       XCG=1,XRS=2,XRSD=2 XCG=1,XRS=2,XRSD=4
     cat "$OUT/k2-options.out" ;;
+  carve)  # the launch's carveout fitted to its block (CARVE 1): Triton 3.6 asks for the largest shared
+          # part for any kernel past 48 KB, which leaves L1 28 KB, and the ring's 40 KB more slowed the
+          # other expert phase's register loop (sixteenth session); the options' bitwise test beside the
+          # warm step, then each build's shared bytes and hint, and under Nsight Compute the SM's
+          # configured shared size
+    t smem-gpu 120 tests/launch/test_triton_smem.py
+    ( t k2-options 420 tests/launch/test_k2.py -k expert_options ) > "$OUT/k2-options.out" 2>&1 &
+    p1=$!
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-carve 200 mxfp4 1,2,4,8 "" CARVE=1 XRSD=2 CARVE=1,XRSD=2 \
+      CARVE=1,XRS=2,XRSD=2 CARVE=1,XRS=3,XRSD=3 CARVE=1,XCG=1
+    cat "$OUT/k2-options.out"
+    ( timeout 100 python3 tools/device/carveout_probe.py 1,2,4,8 "" CARVE=1 XRSD=2 CARVE=1,XRSD=2 2>&1 \
+        | grep -E "CARVEPROBE|Error" ) | tee "$OUT/carveout-probe.log"
+    ( timeout 120 ncu --clock-control none -k regex:k2_kernel --section LaunchStats \
+        python3 tools/device/carveout_probe.py 2,8 "" CARVE=1 XRSD=2 2>&1 \
+        | grep -E "CARVEPROBE|k2_kernel|Shared Memory Configuration Size|Dynamic Shared|Registers Per|Error" ) \
+        | tee "$OUT/carveout-ncu.log" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|carve|trace|k2 ..." >&2; exit 2 ;;
 esac

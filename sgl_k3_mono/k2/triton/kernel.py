@@ -244,6 +244,9 @@ def k2_kernel(
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
     XCG: tl.constexpr = False,
+    # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
+    # a constexpr so that each choice is its own compiled function, which holds the carveout
+    CARVE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
