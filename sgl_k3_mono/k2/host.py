@@ -310,11 +310,14 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; 2 at 2 rows). XCG (0; 1 an option, not yet
+    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 from 2 rows). XCG (0; 1 an option, not yet
     timed): the register loops load the experts' weights and scales past L1, so L1 keeps
-    x (the same bits). CARVE (0; 1 an option, not yet timed): the compiled launch's
+    x (the same bits). CARVE (1 on the mma path; 0 an option): the compiled launch's
     shared-memory carveout is fitted to its block (runtime/triton_smem.fit_carveout), so
-    L1 keeps the rest of the SM where Triton would ask for the largest shared part. With mma at 3 rows and more the
+    L1 keeps the rest of the SM where Triton would ask for the largest shared part. XRC
+    (0; 1 an option, not yet timed): experts_down's ring carries on across a program's
+    items (mma_fp4.ring_item), the next item's first k-blocks in flight while one item
+    finishes (the same bits). With mma at 3 rows and more the
     tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
@@ -328,7 +331,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0)
+                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows >= 2 else 0, CARVE=1)
         if not dense_gemv and rows >= 3:
             t.update(BK=128)
     elif expert_gemv:
@@ -365,8 +368,17 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     mma_fp4's shared-memory ring (XRS 2 / XRSD 2: 133.7 / 178.4 / 247.0 at 2 / 4 / 8 rows
     against 146.0 / 193.9 / 273.1); from 3 rows the tensor-core dense phases step 128 of K
     (BK 128: 144.3 / 179.0 / 237.6), and not both (256.5 at 8 rows). At 1 row neither
-    (136.0 with the ring, 134.1 without). k2_tiles' mma branch holds these, so a sweep's
-    one-key override (set_block) keeps them."""
+    (136.0 with the ring, 134.1 without).
+
+    Seventeenth session (one call, traced): the launch's carveout is fitted to its block
+    (CARVE 1; Triton 3.6 had asked for the largest shared part past 48 KB, which Nsight
+    Compute showed as a 233 KB configuration, and the driver gave 64 KB below it), and
+    from 3 rows experts_down streams through the ring too (XRSD 2): 135.8 / 132.1 / 177.7 /
+    232.1 us against the default's 135.5 / 134.5 / 179.3 / 237.5 (CARVE alone: 136.0 /
+    132.7 / 179.2 / 236.8). The down ring without the fitted carveout had cost experts_up's
+    register loop 116.9 us against 76.9 at 8 rows: L1 had lost its room. At 1 row the
+    down ring stays off (135.8 against 136.0 with CARVE alone: no gain). k2_tiles' mma branch
+    holds these, so a sweep's one-key override (set_block) keeps them."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -449,6 +461,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("XCG", 0) not in (0, 1):  # mma_fp4's register loops: weights past L1, or not
         raise ValueError(f"K2 tiles: XCG={b['XCG']}; the weights' L1 bypass is 0 or 1")
+    if b.get("XRC", 0) not in (0, 1) or (b.get("XRC") and not b.get("XRSD")):  # experts_down's ring carried on
+        raise ValueError(f"K2 tiles: XRC={b['XRC']} with XRSD={b.get('XRSD', 0)}; the carried-on ring is 0 or 1, "
+                         "and 1 needs experts_down's ring (XRSD)")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -464,6 +479,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, KSX=1, BI=64, BL=128, BKX=256, BKD=128)
+    if b.get("MMA") and b.get("XRC") and inter // 128 < b["XRSD"] - 1:
+        raise ValueError(f"K2 tiles: XRC with XRSD={b['XRSD']} issues {b['XRSD'] - 1} k-blocks ahead, past an "
+                         f"experts_down item's {inter // 128}")
     if b.get("XL2") and not (b.get("MMA") and _l2_cut_fits(latent // 2, b["BI"], 32 * b["num_warps"])
                              and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
         b["XL2"] = 0  # an expert row the prefetch cannot cut into whole 16-byte pieces a thread
@@ -655,7 +673,8 @@ class K2Launch:
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
-            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False, CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
+            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False, XRC=bool(b.get("XRC", 0)) if b["MMA"] else False,
+            CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=bool(b.get("SDU", 0)),

@@ -255,6 +255,20 @@ def test_the_shared_memory_ring_takes_two_to_four_stages():
                            mma=True)
 
 
+def test_the_carried_on_ring_needs_experts_downs_ring_and_its_k_blocks():
+    """XRC (experts_down's ring carried on across items) is 0 or 1, needs XRSD, and issues
+    XRSD - 1 k-blocks ahead, so an item must have that many (3 at a TP-8 rank: XRSD 4
+    at most; a 256-wide rank has 2)."""
+    t = dict(host.default_tiles(8, mxfp4=True, mma=True), XRSD=4, XRC=1)
+    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (f["XRSD"], f["XRC"]) == (4, 1), f
+    for over, why in ((dict(XRC=2), "XRC=2"), (dict(XRSD=0), "needs experts_down's ring")):
+        with pytest.raises(ValueError, match=why):
+            host.fit_tiles(dict(t, **over), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    with pytest.raises(ValueError, match="past an experts_down item's 2"):
+        host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=256, mma=True)
+
+
 def test_expert_down_prefetch_is_its_own_option():
     """XPDD (experts_down's register prefetch) is off by default: at a TP-8 rank that
     phase walks 3 k-blocks, where the ring of XPD 1 would issue 6 loads and 4 mmas. On,

@@ -14,6 +14,8 @@
 #   bash tools/device/bench.sh l1        # K2's experts with their weights past L1 (XCG), alone and with the rings
 #   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
 #                                        # rings, and which shared size each build ran with (~8 min)
+#   bash tools/device/bench.sh carry     # experts_down's ring carried on across its items (XRC), 2-4 stages,
+#                                        # against the previous default; bf16 with the fitted carveout (~6 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -107,8 +109,17 @@ case "${1:-}" in
         python3 tools/device/carveout_probe.py 2,8 "" CARVE=1 XRSD=2 2>&1 \
         | grep -E "CARVEPROBE|k2_kernel|Shared Memory Configuration Size|Dynamic Shared|Registers Per|Error" ) \
         | tee "$OUT/carveout-ncu.log" ;;
+  carry)  # experts_down's ring carried on across a program's items (XRC 1): at 8 rows its 1638 items
+          # of 3 k-blocks took ~5.5 us each a program, the ring draining at every item's end; the ring's
+          # bitwise tests (with XRC) and the small XRC case beside the warm step
+    ( t k2-ring-bitwise 420 tests/launch/test_k2.py -k "ring_is_bitwise or XRC" ) > "$OUT/k2-ring.out" 2>&1 &
+    p1=$!
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-carry 200 mxfp4 1,2,4,8 "" CARVE=0,XRSD=0 XRSD=2,XRC=1 \
+      XRSD=3,XRC=1 XRSD=4,XRC=1
+    k2_sweep k2-carve-bf16 100 bf16 1,2,4,8 "" CARVE=1
+    cat "$OUT/k2-ring.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|carve|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|carve|carry|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -155,7 +155,7 @@ def _ring_read(wslot, sslot, wst, sst, RS: tl.constexpr):
 
 
 @triton.jit
-def _xwords(xq, kb):
+def xwords(xq, kb):
     """x's 16 words of k-block kb at each thread's chunk, as four 16-byte loads in PTX: the
     ring loop carries them one k-block ahead, and a tl.load carried across the loop would
     come out in Triton's coalesced layout and cross to the mma's through shared memory (a
@@ -271,7 +271,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0))
-        xw = _xwords(xq, 0)
+        xw = xwords(xq, 0)
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
             nx = kb + RS - 1
@@ -279,7 +279,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0))
-            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
+            xn = xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
             v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
@@ -325,6 +325,91 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, CG=CG),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
+
+
+@triton.jit
+def ring_rows(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, NT: tl.constexpr):
+    """mxfp4_mma_tiles' per-thread pointers at k-block 0, for one item of the ring that
+    carries on across items (ring_item): x's chunk, then the four weight rows' and their
+    scale words' (tiles 0 and 1, rows g and g + 8)."""
+    t = tl.arange(0, NT)
+    g = (t % 32) // 4
+    c = t % 4
+    xq = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16
+    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4
+    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4
+    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    sa0 = s_words + r0.to(tl.int64) * (ssn // 4)
+    sa1 = s_words + r1.to(tl.int64) * (ssn // 4)
+    return xq, pa0, pa0 + 8 * (swn // 4), pa1, pa1 + 8 * (swn // 4), sa0, sa0 + 8 * (ssn // 4), sa1, \
+        sa1 + 8 * (ssn // 4)
+
+
+@triton.jit
+def _ring_slots(ring_off, NT: tl.constexpr):
+    """This thread's weight and scale slots in stage 0 of the ring, and the plane strides."""
+    t = tl.arange(0, NT)
+    wslot = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) \
+        + ring_off + t * 16
+    return wslot, wslot + (4 * NT * 16 - t * 12), NT * 16, NT * 4
+
+
+@triton.jit
+def ring_prime(p, live, ring_off, K, NT: tl.constexpr, RS: tl.constexpr):
+    """The carried-on ring's first RS - 1 k-blocks: those of a program's first item (p:
+    ring_rows' pointers; `live` False where the program has none: the groups are issued
+    empty, so the group count ring_item waits on holds). K // 128 >= RS - 1."""
+    wslot, sslot, wst, sst = _ring_slots(ring_off, NT)
+    SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
+    zero = tl.arange(0, NT) * 0
+    for s in tl.static_range(RS - 1):
+        _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, p[1] + s * 16, p[2] + s * 16, p[3] + s * 16,
+                    p[4] + s * 16, p[5] + s, p[6] + s, p[7] + s, p[8] + s, zero + tl.where(live, 16, 0))
+
+
+@triton.jit
+def ring_item(p, q, has_next, xw, step0, ring_off, K, NT: tl.constexpr, RS: tl.constexpr):
+    """One item of a ring that carries on across a program's items (experts_down, whose K
+    is 3 k-blocks at a TP-8 rank: a ring that drains at every item's end keeps fewer bytes
+    in flight than the SM's share of the bandwidth needs). The item's own k-blocks were
+    issued before it (ring_prime, or the item before it); while they are read, the next
+    item's first RS - 1 are issued (q: its ring_rows' pointers; empty groups where
+    `has_next` is False). xw: x's 16 words of this item's k-block 0, loaded ahead; returns
+    the item's eight accumulators as mxfp4_mma_tiles does, then x's words of the next
+    item's k-block 0. step0: the program's k-blocks before this item (the ring's slots
+    turn over every RS k-blocks, not every item). Same arithmetic and order as
+    mxfp4_mma_tiles' loops, so the same bits. K // 128 >= RS - 1 (host.ring_carries)."""
+    c = tl.arange(0, NT) % 4
+    wslot, sslot, wst, sst = _ring_slots(ring_off, NT)
+    SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
+    nkb = K // 128
+    zero = tl.arange(0, NT) * 0
+    c0 = tl.zeros((NT,), tl.float32)
+    c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
+    d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
+    for kb in tl.range(0, nkb, num_stages=1):
+        # the k-block RS - 1 ahead: this item's, or the next item's once this one's are all issued
+        nx = kb + RS - 1
+        own = nx < nkb
+        kc = tl.where(own, nx, nx - nkb)
+        at = ((step0 + nx) % RS) * SB
+        _ring_issue(wslot + at, sslot + at, wst, sst, tl.where(own, p[1], q[1]) + kc * 16,
+                    tl.where(own, p[2], q[2]) + kc * 16, tl.where(own, p[3], q[3]) + kc * 16,
+                    tl.where(own, p[4], q[4]) + kc * 16, tl.where(own, p[5], q[5]) + kc,
+                    tl.where(own, p[6], q[6]) + kc, tl.where(own, p[7], q[7]) + kc, tl.where(own, p[8], q[8]) + kc,
+                    zero + tl.where(own | has_next, 16, 0))
+        xn = xwords(tl.where(kb + 1 < nkb, p[0] + (kb + 1) * 64, q[0]), 0)
+        at = ((step0 + kb) % RS) * SB
+        w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
+        v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
+             xw[13], xw[14], xw[15], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11],
+             w[12], w[13], w[14], w[15], _scale_of(w[16], c), _scale_of(w[17], c), _scale_of(w[18], c),
+             _scale_of(w[19], c))
+        c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
+            v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
+        xw = xn
+    return (c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7), xw
 
 
 @triton.jit
