@@ -309,7 +309,7 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     c = judge(s.name, w, slots, ids, run, tp=tp, rank=rank, isa=isa, bounds=bounds, seconds=sec,
               graph_err=graph_err, untouched=untouched)
     used = getattr(bufs.k2, "tiles_used", None) or {}
-    shown = ("MMA", "KSX", "SDU", "XPD", "XPDD", "XRS", "XRSD", "XCG", "CARVE", "BK", "SEAM_SPLIT")
+    shown = ("MMA", "KSX", "SDU", "XPD", "XPDD", "XRS", "XRSD", "CARVE", "BK", "SEAM_SPLIT")
     c.k2_tiles = {k: used[k] for k in shown if k in used}
     return c
 

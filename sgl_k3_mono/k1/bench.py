@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="K1Plan.prefetch: bytes of each in-projection row asked into L2 during the seam")
     ap.add_argument("--config", default="kimi-k3")
     ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
+    ap.add_argument("--carve", action="store_true",
+                    help="K1Plan.carve: the launch's carveout fitted to its block (runtime/triton_smem)")
     ap.add_argument("--seam-single", action="store_true",
                     help="one program a row for the seam (K1Plan.seam_split off), for comparison")
     ap.add_argument("--warm-only", action="store_true",
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
                                 ("prefetch", args.prefetch)) if v is not None}
     if args.seam_single:
         tiles["seam_split"] = False
+    if args.carve:
+        tiles["carve"] = True
     if args.warm_only:
         from sgl_k3_mono.k1.host import compile_k1
 
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             cx = layers[0].plan.constexprs()
             print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
-                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']}", flush=True)
+                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}", flush=True)
             del layers
             torch.cuda.empty_cache()
     return 0

@@ -118,6 +118,10 @@ class K1Plan:
     """Bytes of each in-projection weight row of a program's first tile asked into L2 as
     the launch starts, while the seam keeps HBM idle (sm_90 PTX; 0: none). Fitted to
     whole 16-byte pieces, one a thread, within the row."""
+    carve: bool = False
+    """Fit the compiled launch's shared-memory carveout to its block, so L1 keeps the rest
+    of the SM (runtime/triton_smem.fit_carveout; sm_90, CUDA only). Off until timed: K2
+    gained 2 % with it (seventeenth session)."""
     l2_next: bool = False
     """Ask L2 for the call's `K1IO.l2_next` rows during the KDA phase (sm_90 PTX; the
     persistent launch only; a call without them asks for nothing). Off until `bench step`
@@ -467,6 +471,8 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
     if cx["PF"] and (torch.version.hip is not None or os.environ.get("TRITON_INTERPRET") == "1" or any(
             t.data_ptr() % 16 or t.stride(0) % 8 for t in (views.qkvg, views.f_a, views.b))):
         cx["PF"] = 0  # the bulk prefetch is sm_90 PTX on 16-byte rows
+    cx["CARVE"] = plan.carve and io.out.is_cuda and torch.version.hip is None and os.environ.get(
+        "TRITON_INTERPRET") != "1"
     return args, dict(**cx, **flags, num_warps=plan.num_warps)
 
 
@@ -503,6 +509,10 @@ def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
         # the split seam runs as three launches of phase 0 when phased (its row waits
         # exist in the persistent launch only)
         for step in (range(3) if phase == 0 and meta["SEAM_SPLIT"] else (0,)):
+            if meta["CARVE"]:  # a function attribute: set once a compiled kernel, before its first launch
+                from sgl_k3_mono.runtime.triton_smem import fit_carveout
+
+                fit_carveout(k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=phase, SEAM_STEP=step))
             k1_kernel[(plan.grid,)](*args, **meta, PHASE=phase, SEAM_STEP=step)
 
 

@@ -310,14 +310,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 from 2 rows). XCG (0; 1 an option, not yet
-    timed): the register loops load the experts' weights and scales past L1, so L1 keeps
-    x (the same bits). CARVE (1 on the mma path; 0 an option): the compiled launch's
+    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 from 2 rows). CARVE
+    (1 on the mma path; 0 an option): the compiled launch's
     shared-memory carveout is fitted to its block (runtime/triton_smem.fit_carveout), so
-    L1 keeps the rest of the SM where Triton would ask for the largest shared part. XRC
-    (0; 1 an option, not yet timed): experts_down's ring carries on across a program's
-    items (mma_fp4.ring_item), the next item's first k-blocks in flight while one item
-    finishes (the same bits). With mma at 3 rows and more the
+    L1 keeps the rest of the SM where Triton would ask for the largest shared part. With mma at 3 rows and more the
     tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
@@ -459,11 +455,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
-    if b.get("XCG", 0) not in (0, 1):  # mma_fp4's register loops: weights past L1, or not
-        raise ValueError(f"K2 tiles: XCG={b['XCG']}; the weights' L1 bypass is 0 or 1")
-    if b.get("XRC", 0) not in (0, 1) or (b.get("XRC") and not b.get("XRSD")):  # experts_down's ring carried on
-        raise ValueError(f"K2 tiles: XRC={b['XRC']} with XRSD={b.get('XRSD', 0)}; the carried-on ring is 0 or 1, "
-                         "and 1 needs experts_down's ring (XRSD)")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -479,9 +470,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, KSX=1, BI=64, BL=128, BKX=256, BKD=128)
-    if b.get("MMA") and b.get("XRC") and inter // 128 < b["XRSD"] - 1:
-        raise ValueError(f"K2 tiles: XRC with XRSD={b['XRSD']} issues {b['XRSD'] - 1} k-blocks ahead, past an "
-                         f"experts_down item's {inter // 128}")
     if b.get("XL2") and not (b.get("MMA") and _l2_cut_fits(latent // 2, b["BI"], 32 * b["num_warps"])
                              and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
         b["XL2"] = 0  # an expert row the prefetch cannot cut into whole 16-byte pieces a thread
@@ -673,7 +661,6 @@ class K2Launch:
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
-            XCG=bool(b.get("XCG", 0)) if b["MMA"] else False, XRC=bool(b.get("XRC", 0)) if b["MMA"] else False,
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),

@@ -207,6 +207,45 @@ def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
         assert torch.equal(a, b)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,rows", [("decode", 1), ("verify", 8)])
+def test_fitted_carveout_changes_no_bit(mode, rows):
+    """K1Plan.carve (the launch's carveout fitted to its block, a function attribute set
+    before its first launch): the launch writes bitwise what the driver's carveout writes,
+    from the same states, and the compiled function holds the fitted hint."""
+    import dataclasses as dc
+
+    import torch
+
+    from sgl_k3_mono.k1.host import DEFAULT_DEADLINE_S, launch_args, run_k1
+    from sgl_k3_mono.k1.triton.kernel import k1_kernel
+    from sgl_k3_mono.runtime import triton_smem
+
+    keep: dict = {}
+    run_case(Case(f"carve {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=72, phased=False), "cuda",
+             scratch_keep=keep)
+    plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
+    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
+    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
+        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
+    got = []
+    for carve in (False, True):
+        p = dc.replace(plan, carve=carve)
+        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
+        io.out.fill_(float("nan"))
+        run_k1(p, views, io, scratch=scratch, layer=3)
+        torch.cuda.synchronize()
+        got.append([t.clone() for t in written(io)])
+        args, meta = launch_args(p, views, io, scratch, layer=3, deadline_s=DEFAULT_DEADLINE_S)  # run_k1's key
+        assert meta["CARVE"] == carve
+        if carve:
+            ck = k1_kernel.warmup(*args, grid=(p.grid,), **meta, PHASE=-1, SEAM_STEP=0)
+            print(f"\nK1GPU carve {mode} M={rows}: shared={ck.metadata.shared} hint={triton_smem.carveout_of(ck)}")
+            assert triton_smem.carveout_of(ck) == triton_smem.fit_carveout(ck) > 0
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+
+
 _STALL_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path[:0] = [{here!r}, {root!r}]

@@ -100,11 +100,9 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48"),
              Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1"),
              # the experts' weights and scales streamed through a cp.async ring in shared
-             # memory (XRS / XRSD: 2 / 2 at 2 rows, 0 / 2 from 3), with the K split too, and
-             # experts_down's ring carried on across its items (XRC, off by default)
+             # memory (XRS / XRSD: 2 / 2 at 2 rows, 0 / 2 from 3), with the K split too
              Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=51, tiles="XRS=3,XRSD=2"),
-             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2"),
-             Case("k3-small", 5, "mxfp4", "sm_90", nvb=2, seed=53, tiles="XRSD=2,XRC=1")]
+             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
@@ -165,10 +163,9 @@ def test_k2_gpu_real_tp8_rank_shapes(case):
 def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
-    register and L2 prefetches, deeper dense pipelines and the shared down run in
-    experts_up (SDU), the weights' L1 bypass (XCG), the fitted carveout (CARVE) and
-    the rings change no
-    arithmetic, so their output is bitwise the plain one's;
+    register and L2 prefetches, deeper dense pipelines, the shared down run in
+    experts_up (SDU), the fitted carveout (CARVE) and the rings change no arithmetic, so
+    their output is bitwise the plain one's;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
@@ -186,7 +183,6 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
                            ("SDU=1,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
-                           ("XCG=1,SEAM_SPLIT=0", True), ("XCG=1,XPD=1,XRSD=2,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
@@ -203,8 +199,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", (1, 8))
 def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
-    """mma_fp4's shared-memory ring (XRS / XRSD), also carried on across experts_down's
-    items (XRC), feeds the same mmas in the same order as the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
+    """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
     rank shapes, MXFP4, the one-program seam; at 1 row with the SDU choice, at 8 without)."""
     import torch
     from k2_cases import case_dims, run_case
@@ -216,8 +211,7 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
-    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0", "XRSD=2,XRC=1,SEAM_SPLIT=0",
-                  "XRSD=4,XRC=1,SEAM_SPLIT=0"):
+    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0"):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2RING M={rows} {tiles}: against the register loop max_abs={diff.max().item():.4g} "

@@ -244,29 +244,14 @@ def test_expert_register_prefetch_steps_one_k_block():
 def test_the_shared_memory_ring_takes_two_to_four_stages():
     """XRS / XRSD (mma_fp4's cp.async ring in experts_up / experts_down, off by default)
     take 2..4 stages; any other depth is refused, never run, and the launch options carry
-    them only on the mma path. So is an XCG (the register loops' L1 bypass) or a CARVE (the
-    launch's fitted carveout) other than 0 / 1."""
+    them only on the mma path. So is a CARVE (the launch's fitted carveout) other than 0 / 1."""
     t = dict(host.default_tiles(4, mxfp4=True, mma=True), XRS=3, XRSD=2)
     f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["XRS"], f["XRSD"]) == (1, 3, 2), f
-    for key, bad in (("XRS", 1), ("XRS", 5), ("XRSD", 8), ("XCG", 2), ("CARVE", 2)):
+    for key, bad in (("XRS", 1), ("XRS", 5), ("XRSD", 8), ("CARVE", 2)):
         with pytest.raises(ValueError, match=f"{key}={bad}"):
             host.fit_tiles(dict(t, **{key: bad}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                            mma=True)
-
-
-def test_the_carried_on_ring_needs_experts_downs_ring_and_its_k_blocks():
-    """XRC (experts_down's ring carried on across items) is 0 or 1, needs XRSD, and issues
-    XRSD - 1 k-blocks ahead, so an item must have that many (3 at a TP-8 rank: XRSD 4
-    at most; a 256-wide rank has 2)."""
-    t = dict(host.default_tiles(8, mxfp4=True, mma=True), XRSD=4, XRC=1)
-    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert (f["XRSD"], f["XRC"]) == (4, 1), f
-    for over, why in ((dict(XRC=2), "XRC=2"), (dict(XRSD=0), "needs experts_down's ring")):
-        with pytest.raises(ValueError, match=why):
-            host.fit_tiles(dict(t, **over), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    with pytest.raises(ValueError, match="past an experts_down item's 2"):
-        host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=256, mma=True)
 
 
 def test_expert_down_prefetch_is_its_own_option():

@@ -11,11 +11,9 @@
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh ring      # K2's shared-memory expert ring and BK 128, A/B, with the ring's tests
-#   bash tools/device/bench.sh l1        # K2's experts with their weights past L1 (XCG), alone and with the rings
 #   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
 #                                        # rings, and which shared size each build ran with (~8 min)
-#   bash tools/device/bench.sh carry     # experts_down's ring carried on across its items (XRC), 2-4 stages,
-#                                        # against the previous default; bf16 with the fitted carveout (~6 min)
+#   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -83,43 +81,34 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" k2_sweep k2-ring 240 mxfp4 1,2,4,8 "" BK=128 BK=128,KSX=-1 BK=128,KSX=-1,KUD=3 XRS=3 \
       XRS=3,XRSD=3 BK=128,XRS=3,XRSD=3,KSX=-1 BK=128,XRS=4,XRSD=4
     cat "$OUT/k2-ring-bitwise.out" "$OUT/k2-ring-cases.out" ;;
-  l1)  # mma_fp4's register loops with the weights past L1 (XCG 1), alone and beside the rings: with
-       # experts_down's ring alone (XRSD 2) experts_up's unchanged register loop went from 77.6 to
-       # 118.0 us at 8 rows (sixteenth session), as if the ring's shared memory had cost x its L1
-       # place; the options' bitwise test first, beside the warm step (~5 min)
-    ( t k2-options 420 tests/launch/test_k2.py -k expert_options ) > "$OUT/k2-options.out" 2>&1 &
-    p1=$!
-    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-l1 200 mxfp4 1,2,4,8 "" XCG=1 XCG=1,XRSD=2 XCG=1,XRSD=4 \
-      XCG=1,XRS=2,XRSD=2 XCG=1,XRS=2,XRSD=4
-    cat "$OUT/k2-options.out" ;;
-  carve)  # the launch's carveout fitted to its block (CARVE 1): Triton 3.6 asks for the largest shared
-          # part for any kernel past 48 KB, which leaves L1 28 KB, and the ring's 40 KB more slowed the
-          # other expert phase's register loop (sixteenth session); the options' bitwise test beside the
-          # warm step, then each build's shared bytes and hint, and under Nsight Compute the SM's
-          # configured shared size
+  carve)  # the default (the launch's carveout fitted to its block, CARVE 1, and experts_down's ring from
+          # 2 rows) against the driver's carveout and the register loop: Triton 3.6 asks for the largest
+          # shared part for any kernel past 48 KB (Nsight Compute: a 233 KB configuration, L1 the rest of
+          # 256), which is how experts_down's ring had slowed experts_up's register loop (sixteenth
+          # session); the options' bitwise test beside the warm step, then each build's shared bytes
+          # and hint, and under Nsight Compute the SM's configured shared size
     t smem-gpu 120 tests/launch/test_triton_smem.py
     ( t k2-options 420 tests/launch/test_k2.py -k expert_options ) > "$OUT/k2-options.out" 2>&1 &
     p1=$!
-    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-carve 200 mxfp4 1,2,4,8 "" CARVE=1 XRSD=2 CARVE=1,XRSD=2 \
-      CARVE=1,XRS=2,XRSD=2 CARVE=1,XRS=3,XRSD=3 CARVE=1,XCG=1
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-carve 200 mxfp4 1,2,4,8 "" CARVE=0 XRSD=0 CARVE=0,XRSD=0 \
+      XRS=2 XRS=3,XRSD=3
     cat "$OUT/k2-options.out"
-    ( timeout 100 python3 tools/device/carveout_probe.py 1,2,4,8 "" CARVE=1 XRSD=2 CARVE=1,XRSD=2 2>&1 \
+    ( timeout 100 python3 tools/device/carveout_probe.py 1,2,4,8 "" CARVE=0 XRSD=0 CARVE=0,XRSD=0 2>&1 \
         | grep -E "CARVEPROBE|Error" ) | tee "$OUT/carveout-probe.log"
     ( timeout 120 ncu --clock-control none -k regex:k2_kernel --section LaunchStats \
-        python3 tools/device/carveout_probe.py 2,8 "" CARVE=1 XRSD=2 2>&1 \
+        python3 tools/device/carveout_probe.py 2,8 "" CARVE=0 XRSD=0 2>&1 \
         | grep -E "CARVEPROBE|k2_kernel|Shared Memory Configuration Size|Dynamic Shared|Registers Per|Error" ) \
         | tee "$OUT/carveout-ncu.log" ;;
-  carry)  # experts_down's ring carried on across a program's items (XRC 1): at 8 rows its 1638 items
-          # of 3 k-blocks took ~5.5 us each a program, the ring draining at every item's end; the ring's
-          # bitwise tests (with XRC) and the small XRC case beside the warm step
-    ( t k2-ring-bitwise 420 tests/launch/test_k2.py -k "ring_is_bitwise or XRC" ) > "$OUT/k2-ring.out" 2>&1 &
-    p1=$!
-    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-carry 200 mxfp4 1,2,4,8 "" CARVE=0,XRSD=0 XRSD=2,XRC=1 \
-      XRSD=3,XRC=1 XRSD=4,XRC=1
-    k2_sweep k2-carve-bf16 100 bf16 1,2,4,8 "" CARVE=1
-    cat "$OUT/k2-ring.out" ;;
+  k1-carve-warm)  # K1 with its carveout fitted (K1Plan.carve), compiled only: beside the GPU tests
+    k1w="timeout 300 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --warm-only"
+    warm "$OUT/k1-carve-warm.log" "$k1w" "$k1w --carve" ;;
+  k1-carve)  # ... then timed against the driver's carveout (after the tests: the GPU to itself)
+    for c in "" --carve; do
+      ( timeout 100 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases $c 2>&1 | tail -11 ) \
+        | tee -a "$OUT/k1-carve.log"
+    done ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|l1|carve|carry|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -4,9 +4,9 @@ function's dynamic shared bytes, registers and carveout hint (-1: none set) as t
 holds them. Under Nsight Compute's LaunchStats section the same launches also show the
 shared size the SM was configured with, which is what leaves L1 the rest:
 
-    python3 tools/device/carveout_probe.py 1,2,4,8 "" CARVE=1 XRSD=2 CARVE=1,XRSD=2
+    python3 tools/device/carveout_probe.py 1,2,4,8 "" CARVE=0 XRSD=0 CARVE=0,XRSD=0
     ncu --clock-control none -k regex:k2_kernel --section LaunchStats \\
-        python3 tools/device/carveout_probe.py 8 "" CARVE=1
+        python3 tools/device/carveout_probe.py 8 "" CARVE=0
 
 Prints one CARVEPROBE line a build."""
 import os

@@ -27,7 +27,7 @@ case "${1:-}" in
   one-gpu)  # (OMP threads a process, so the host references do not oversubscribe the 16 cores)
     OMP_NUM_THREADS=2 t k2-small 450 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 450 tests/launch/test_k2.py -k "gpu_real" &
-    OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+    OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
       -k "gpu and not gpu_small and not gpu_real" &
     OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
     wait ;;

@@ -419,6 +419,9 @@ def k1_kernel(
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, PF: tl.constexpr = 0, NT: tl.constexpr = 128,
     NXR: tl.constexpr = 1, NXB: tl.constexpr = 0,
+    # host side only (the launch fits the compiled function's carveout): a constexpr so that
+    # each choice is its own compiled function
+    CARVE: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)

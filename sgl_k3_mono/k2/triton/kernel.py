@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
-from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles, ring_item, ring_prime, ring_rows, xwords
+from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
@@ -215,17 +215,6 @@ def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.conste
                 tl.store(yrow + lr + half * (BL // 2) + 8 * h, ya[4 * half + 2 * h + j].to(tl.bfloat16), mask=has)
 
 
-@triton.jit
-def _down_rows(item, ids, first, number, act_ptr, w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e, ssc2_n, M, qrow,
-               L: tl.constexpr, I: tl.constexpr, BL: tl.constexpr, XR: tl.constexpr, NT: tl.constexpr):
-    """mma_fp4.ring_rows of experts_down's item `item`."""
-    n = item // (L // BL)
-    lr = (item % (L // BL)) * BL + qrow
-    e64 = nth_expert(ids, first, number, n).to(tl.int64)
-    return ring_rows(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, sc2_ptr + e64 * ssc2_e, ssc2_n, lr,
-                     lr + BL // 2, NT)
-
-
 # The scalars that change from layer to layer (or rank to rank, or with the fault switch)
 # are never specialised: Triton would compile one variant for each value class they take
 # (1, a multiple of 16, other), so a 92-layer step warmed six K2s a width (rank 0 and rank
@@ -273,7 +262,6 @@ def k2_kernel(
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
-    XCG: tl.constexpr = False, XRC: tl.constexpr = False,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -472,7 +460,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XCG)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
@@ -534,12 +522,6 @@ def k2_kernel(
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
-        if MMA and XRC:  # experts_down's ring carries on across the program's items: its first
-            # item's first k-blocks, and x's words of its k-block 0
-            dp = _down_rows(pid, ids, first, number, act_ptr, w2_ptr, s2_e, s2_n, sc2_ptr, ssc2_e, ssc2_n, M, qrow,
-                            L, I, BL, XR, NT)
-            ring_prime(dp, pid < n_routed, ring_off, I, NT, XRSD)
-            xw = xwords(dp[0], 0)
         for item in range(pid, n_routed + (0 if SDU else H // BN), nprog):
             if item < n_routed:
                 n = item // (L // BL)
@@ -547,17 +529,7 @@ def k2_kernel(
                 e = nth_expert(ids, first, number, n)
                 e64 = e.to(tl.int64)
                 rl = l0 + tl.arange(0, BL)
-                if MMA and XRC:
-                    lr = l0 + qrow
-                    dp = ring_rows(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, sc2_ptr + e64 * ssc2_e,
-                                   ssc2_n, lr, lr + BL // 2, NT)
-                    has_next = item + nprog < n_routed
-                    dq = _down_rows(tl.where(has_next, item + nprog, item), ids, first, number, act_ptr, w2_ptr, s2_e,
-                                    s2_n, sc2_ptr, ssc2_e, ssc2_n, M, qrow, L, I, BL, XR, NT)
-                    ya, xw = ring_item(dp, dq, has_next, xw, ((item - pid) // nprog) * (I // 128), ring_off, I, NT,
-                                       XRSD)
-                    _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK)
-                elif MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
+                if MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
                     if XL2 > 0:
                         _l2_expert_rows(w2_ptr + e64 * s2_e, s2_n, l0, 0, BL, I // 2, NT)
                     if XL2 > 1:
@@ -568,7 +540,7 @@ def k2_kernel(
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                           sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD,
-                                          XRSD, ring_off, XCG)
+                                          XRSD, ring_off)
                     _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK)
                 elif XU > 0:  # only the rows that route e, XU at a time
                     for u0 in range(0, user_count(ids, keep, e), XU):

@@ -155,7 +155,7 @@ def _ring_read(wslot, sslot, wst, sst, RS: tl.constexpr):
 
 
 @triton.jit
-def xwords(xq, kb):
+def _xwords(xq, kb):
     """x's 16 words of k-block kb at each thread's chunk, as four 16-byte loads in PTX: the
     ring loop carries them one k-block ahead, and a tl.load carried across the loop would
     come out in Triton's coalesced layout and cross to the mma's through shared memory (a
@@ -173,14 +173,11 @@ def xwords(xq, kb):
 
 
 @triton.jit
-def _words(ptr, CG: tl.constexpr = False):
+def _words(ptr):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
-    nothing. CG: cached in L2 only (ld.global.cg), so the bytes pass L1 by."""
-    if CG:
-        v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :], cache_modifier=".cg")
-    else:
-        v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
+    nothing."""
+    v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
     w1, w3 = tl.split(b)
@@ -196,23 +193,15 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _load_word(ptr, CG: tl.constexpr = False):
-    """The word at each thread's pointer (CG: past L1)."""
-    if CG:
-        return tl.load(ptr, cache_modifier=".cg")
-    return tl.load(ptr)
-
-
-@triton.jit
-def _scales(ptr, c, CG: tl.constexpr = False):
+def _scales(ptr, c):
     """_scale_of the scale word at ptr."""
-    return _scale_of(_load_word(ptr, CG), c)
+    return _scale_of(tl.load(ptr), c)
 
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, CG: tl.constexpr = False):
+                    RS: tl.constexpr = 0, ring_off=0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -230,11 +219,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     k-blocks in flight a thread with no register held for them (x is loaded one k-block
     ahead in registers); ring_off: the ring's byte offset in the launch's shared memory
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
-    own). PD and KU are then unused. CG (the register loops): the weights and scales are
-    loaded past L1 (ld.global.cg), which then keeps x: each byte of a weight is read
-    once, x by every warp of the program (sixteenth session: with the ring's shared
-    memory reserved in experts_down alone, experts_up's register loop, unchanged, went from
-    77.6 to 118.0 us at 8 rows, as if x had lost its place in L1)."""
+    own). PD and KU are then unused. The register loops lean on L1 for x (every warp of
+    the program reads it): the launch's carveout must leave L1 its room
+    (runtime/triton_smem.fit_carveout; seventeenth session)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -271,7 +258,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0))
-        xw = xwords(xq, 0)
+        xw = _xwords(xq, 0)
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
             nx = kb + RS - 1
@@ -279,7 +266,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0))
-            xn = xwords(xq, tl.minimum(kb + 1, nkb - 1))
+            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
             v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
@@ -298,141 +285,55 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True, CG=CG)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True, CG=CG)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, CG=CG)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, CG=CG)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True, CG=CG)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, CG=CG)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, CG=CG)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, CG=CG),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def ring_rows(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, NT: tl.constexpr):
-    """mxfp4_mma_tiles' per-thread pointers at k-block 0, for one item of the ring that
-    carries on across items (ring_item): x's chunk, then the four weight rows' and their
-    scale words' (tiles 0 and 1, rows g and g + 8)."""
-    t = tl.arange(0, NT)
-    g = (t % 32) // 4
-    c = t % 4
-    xq = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True) + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16
-    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4
-    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4
-    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    sa0 = s_words + r0.to(tl.int64) * (ssn // 4)
-    sa1 = s_words + r1.to(tl.int64) * (ssn // 4)
-    return xq, pa0, pa0 + 8 * (swn // 4), pa1, pa1 + 8 * (swn // 4), sa0, sa0 + 8 * (ssn // 4), sa1, \
-        sa1 + 8 * (ssn // 4)
-
-
-@triton.jit
-def _ring_slots(ring_off, NT: tl.constexpr):
-    """This thread's weight and scale slots in stage 0 of the ring, and the plane strides."""
-    t = tl.arange(0, NT)
-    wslot = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) \
-        + ring_off + t * 16
-    return wslot, wslot + (4 * NT * 16 - t * 12), NT * 16, NT * 4
-
-
-@triton.jit
-def ring_prime(p, live, ring_off, K, NT: tl.constexpr, RS: tl.constexpr):
-    """The carried-on ring's first RS - 1 k-blocks: those of a program's first item (p:
-    ring_rows' pointers; `live` False where the program has none: the groups are issued
-    empty, so the group count ring_item waits on holds). K // 128 >= RS - 1."""
-    wslot, sslot, wst, sst = _ring_slots(ring_off, NT)
-    SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
-    zero = tl.arange(0, NT) * 0
-    for s in tl.static_range(RS - 1):
-        _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, p[1] + s * 16, p[2] + s * 16, p[3] + s * 16,
-                    p[4] + s * 16, p[5] + s, p[6] + s, p[7] + s, p[8] + s, zero + tl.where(live, 16, 0))
-
-
-@triton.jit
-def ring_item(p, q, has_next, xw, step0, ring_off, K, NT: tl.constexpr, RS: tl.constexpr):
-    """One item of a ring that carries on across a program's items (experts_down, whose K
-    is 3 k-blocks at a TP-8 rank: a ring that drains at every item's end keeps fewer bytes
-    in flight than the SM's share of the bandwidth needs). The item's own k-blocks were
-    issued before it (ring_prime, or the item before it); while they are read, the next
-    item's first RS - 1 are issued (q: its ring_rows' pointers; empty groups where
-    `has_next` is False). xw: x's 16 words of this item's k-block 0, loaded ahead; returns
-    the item's eight accumulators as mxfp4_mma_tiles does, then x's words of the next
-    item's k-block 0. step0: the program's k-blocks before this item (the ring's slots
-    turn over every RS k-blocks, not every item). Same arithmetic and order as
-    mxfp4_mma_tiles' loops, so the same bits. K // 128 >= RS - 1 (host.ring_carries)."""
-    c = tl.arange(0, NT) % 4
-    wslot, sslot, wst, sst = _ring_slots(ring_off, NT)
-    SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
-    nkb = K // 128
-    zero = tl.arange(0, NT) * 0
-    c0 = tl.zeros((NT,), tl.float32)
-    c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
-    d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
-    for kb in tl.range(0, nkb, num_stages=1):
-        # the k-block RS - 1 ahead: this item's, or the next item's once this one's are all issued
-        nx = kb + RS - 1
-        own = nx < nkb
-        kc = tl.where(own, nx, nx - nkb)
-        at = ((step0 + nx) % RS) * SB
-        _ring_issue(wslot + at, sslot + at, wst, sst, tl.where(own, p[1], q[1]) + kc * 16,
-                    tl.where(own, p[2], q[2]) + kc * 16, tl.where(own, p[3], q[3]) + kc * 16,
-                    tl.where(own, p[4], q[4]) + kc * 16, tl.where(own, p[5], q[5]) + kc,
-                    tl.where(own, p[6], q[6]) + kc, tl.where(own, p[7], q[7]) + kc, tl.where(own, p[8], q[8]) + kc,
-                    zero + tl.where(own | has_next, 16, 0))
-        xn = xwords(tl.where(kb + 1 < nkb, p[0] + (kb + 1) * 64, q[0]), 0)
-        at = ((step0 + kb) % RS) * SB
-        w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
-        v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
-             xw[13], xw[14], xw[15], w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11],
-             w[12], w[13], w[14], w[15], _scale_of(w[16], c), _scale_of(w[17], c), _scale_of(w[18], c),
-             _scale_of(w[19], c))
-        c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-            v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
-        xw = xn
-    return (c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7), xw
-
-
-@triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False,
-            CG: tl.constexpr = False):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
-    scale words as loaded, for _kblock_mma to decode; CG: weights and scales past L1)."""
+    scale words as loaded, for _kblock_mma to decode)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
     x8, x9, x10, x11 = _words(xk + 8)
     x12, x13, x14, x15 = _words(xk + 12)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16, CG)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16, CG)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16, CG)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16, CG)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16)
     if RAW:
-        s0, s1 = _load_word(sa0 + kb, CG), _load_word(sb0 + kb, CG)
-        s2, s3 = _load_word(sa1 + kb, CG), _load_word(sb1 + kb, CG)
+        s0, s1 = tl.load(sa0 + kb), tl.load(sb0 + kb)
+        s2, s3 = tl.load(sa1 + kb), tl.load(sb1 + kb)
     else:
-        s0, s1 = _scales(sa0 + kb, c, CG), _scales(sb0 + kb, c, CG)
-        s2, s3 = _scales(sa1 + kb, c, CG), _scales(sb1 + kb, c, CG)
+        s0, s1 = _scales(sa0 + kb, c), _scales(sb0 + kb, c)
+        s2, s3 = _scales(sa1 + kb, c), _scales(sb1 + kb, c)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
