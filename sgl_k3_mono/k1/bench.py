@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             cx = layers[0].plan.constexprs()
             print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
-                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}", flush=True)
+                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}",
+                  flush=True)
             del layers
             torch.cuda.empty_cache()
     return 0

@@ -120,8 +120,8 @@ class K1Plan:
     whole 16-byte pieces, one a thread, within the row."""
     carve: bool = False
     """Fit the compiled launch's shared-memory carveout to its block, so L1 keeps the rest
-    of the SM (runtime/triton_smem.fit_carveout; sm_90, CUDA only). Off until timed: K2
-    gained 2 % with it (seventeenth session)."""
+    of the SM (runtime/triton_smem.fit_carveout; sm_90, CUDA only). Off: K2 gained 1-5 us
+    with it, K1 nothing beyond noise (seventeenth session, docs/evidence/k1-sm90.md)."""
     l2_next: bool = False
     """Ask L2 for the call's `K1IO.l2_next` rows during the KDA phase (sm_90 PTX; the
     persistent launch only; a call without them asks for nothing). Off until `bench step`

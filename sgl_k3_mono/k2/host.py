@@ -311,9 +311,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
     (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 from 2 rows). CARVE
-    (1 on the mma path; 0 an option): the compiled launch's
-    shared-memory carveout is fitted to its block (runtime/triton_smem.fit_carveout), so
-    L1 keeps the rest of the SM where Triton would ask for the largest shared part. With mma at 3 rows and more the
+    (1 on the mma path; 0 an option): the compiled launch's shared-memory carveout is
+    fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
+    where Triton would ask for the largest shared part. With mma at 3 rows and more the
     tensor-core dense phases step BK 128 (default_tiles says what was measured).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)

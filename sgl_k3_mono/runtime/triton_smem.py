@@ -1,5 +1,5 @@
 """Shared memory past Triton's own buffers, for what a kernel manages by hand (mma_fp4's
-cp.async ring).
+cp.async ring), and the split of an SM's memory between shared and L1 (the carveout).
 
 Triton sizes a launch's dynamic shared memory (`global_smem`) to its own buffers and
 passes that size at every launch. A buffer that inline PTX addresses must not overlap

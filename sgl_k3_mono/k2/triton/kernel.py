@@ -196,7 +196,6 @@ def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.co
     tl.store(part2_ptr + rm[:, None] * (L + H) + L + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
 
 
-
 @triton.jit
 def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.constexpr, TOPK: tl.constexpr):
     """experts_down's mma tiles (mma_fp4's eight accumulators) into y at the (row, slot)

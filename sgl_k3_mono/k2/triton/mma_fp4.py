@@ -329,11 +329,9 @@ def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr
     a10, a11, a12, a13 = _words(pa1 + kb * 16)
     b10, b11, b12, b13 = _words(pb1 + kb * 16)
     if RAW:
-        s0, s1 = tl.load(sa0 + kb), tl.load(sb0 + kb)
-        s2, s3 = tl.load(sa1 + kb), tl.load(sb1 + kb)
+        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
     else:
-        s0, s1 = _scales(sa0 + kb, c), _scales(sb0 + kb, c)
-        s2, s3 = _scales(sa1 + kb, c), _scales(sb1 + kb, c)
+        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
