@@ -23,6 +23,8 @@ MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
+FRONT_SPLITS = 4
+"""The most K parts the front's tiles split into (SKF; front_parts holds that many)."""
 
 
 def _next_pow2(n: int) -> int:
@@ -256,11 +258,16 @@ class K2Scratch:
     narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
+    front_parts: torch.Tensor
+    """[FRONT_SPLITS, M, S2 + E + L] fp32: SKF > 1, each K part's sums of the front's tiles."""
+    front_counters: torch.Tensor
+    """int32 [(S2 + E + L) / 16]: SKF > 1, the parts of each front tile in (zero between launches)."""
     sync: torch.Tensor
 
     @classmethod
     def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
         m, h, k = plan.rows, plan.hidden, plan.top_k
+        nf = plan.shared2 + plan.experts + plan.latent
         bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
         return cls(
             part1=torch.empty(m, h, **bf), p=torch.empty(m, h, **bf), h2=torch.empty(ROW_PAD, h, **bf),
@@ -275,6 +282,8 @@ class K2Scratch:
             seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
             seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
+            front_parts=torch.empty(FRONT_SPLITS, m, nf, **f32),
+            front_counters=torch.zeros(nf // 16, dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -455,6 +464,10 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
+    skf = b.get("SKF", 1)
+    if skf not in range(1, FRONT_SPLITS + 1) or (skf > 1 and (hidden % b["BK"] or hidden // b["BK"] < skf)):
+        raise ValueError(f"K2 tiles: SKF={b.get('SKF')} with BK={b['BK']}; the front's K splits into 1..{FRONT_SPLITS} "
+                         f"parts of whole BK steps of H {hidden}")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -491,6 +504,14 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
         b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
     return b
+
+
+def norm_chunk(rows_tile: int, threads: int, width: int, bk: int) -> int:
+    """BKN: the K chunk of latent_up's two RMSNorm passes over the reduced latent (each
+    chunk is one L2 round trip the pass waits on): about 32 elements a thread, at least
+    the dense K step BK, at most the latent width rounded up to a power of two. (At 8
+    rows the passes had stepped BK 128: 56 round trips.)"""
+    return max(bk, min(_next_pow2(width), _pow2_floor(32 * threads // rows_tile)))
 
 
 def _runs_ptx() -> bool:
@@ -642,7 +663,7 @@ class K2Launch:
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
-            out, *self._peer_args(),
+            s.front_parts, s.front_counters, out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync, 0,
         )
@@ -664,8 +685,9 @@ class K2Launch:
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=bool(b.get("SDU", 0)),
+            SDU=bool(b.get("SDU", 0)), SKF=b.get("SKF", 1),
         )
+        meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta
 
     def _partials(self) -> tuple:

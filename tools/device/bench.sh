@@ -14,6 +14,8 @@
 #   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
 #                                        # rings, and which shared size each build ran with (~8 min)
 #   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
+#   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN), the front's K split
+#                                        # (SKF), BK 256 from 3 rows, with the new cases' tests (~8 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -107,8 +109,17 @@ case "${1:-}" in
       ( timeout 100 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases $c 2>&1 | tail -11 ) \
         | tee -a "$OUT/k1-carve.log"
     done ;;
+  dense)  # the dense phases (eighteenth session): latent_up's norm passes in BKN-wide chunks (the
+          # default now; BKN=128 is how they ran), the front's K in SKF parts added up by the last
+          # to arrive, and BK 256 from 3 rows now that the carveout is fitted; the new cases' GPU
+          # tests and the options' test beside the warm step (~8 min)
+    ( t k2-skf 420 tests/launch/test_k2.py -k "SKF or expert_options" ) > "$OUT/k2-skf.out" 2>&1 &
+    p1=$!
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 240 mxfp4 1,2,4,8 "" BKN=128 BK=256 SKF=2 SKF=3 SKF=4 \
+      BK=256,SKF=2 BK=256,SKF=3
+    cat "$OUT/k2-skf.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|trace|k2 ..." >&2; exit 2 ;;
 esac
