@@ -468,9 +468,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if skf not in range(1, FRONT_SPLITS + 1) or (skf > 1 and (hidden % b["BK"] or hidden // b["BK"] < skf)):
         raise ValueError(f"K2 tiles: SKF={b.get('SKF')} with BK={b['BK']}; the front's K splits into 1..{FRONT_SPLITS} "
                          f"parts of whole BK steps of H {hidden}")
-    if b.get("XEV", 0) not in (0, 1, 2, 3):  # mma_fp4's register loops' L1 policy for the weights
-        raise ValueError(f"K2 tiles: XEV={b['XEV']}; the weights' L1 policy is 0, 1 (evict first), 2 (past L1) "
-                         "or 3 (evict first, x evict last)")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -688,7 +685,7 @@ class K2Launch:
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=bool(b.get("SDU", 0)), SKF=b.get("SKF", 1), XEV=b.get("XEV", 0) if b["MMA"] else 0,
+            SDU=bool(b.get("SDU", 0)), SKF=b.get("SKF", 1),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

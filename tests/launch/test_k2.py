@@ -174,8 +174,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
-    experts_up (SDU), the fitted carveout (CARVE), the rings and the weights' L1 policy
-    (XEV) change no arithmetic, so
+    experts_up (SDU), the fitted carveout (CARVE) and the rings change no arithmetic, so
     their output is bitwise the plain one's;
     the K split sums two fp32 halves, the front's K parts (SKF) are summed in part order,
     and the split seam sums its slices' partials, so
@@ -196,7 +195,6 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("SDU=1,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
-                           ("XEV=1,XPD=1,SEAM_SPLIT=0", True), ("XEV=3,XPD=1,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("SKF=3,SEAM_SPLIT=0", False),
                            ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)

@@ -297,7 +297,7 @@ def k2_kernel(
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
-    BKN: tl.constexpr = 128, SKF: tl.constexpr = 1, XEV: tl.constexpr = 0,
+    BKN: tl.constexpr = 128, SKF: tl.constexpr = 1,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -506,7 +506,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XEV)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
@@ -586,7 +586,7 @@ def k2_kernel(
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                           sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD,
-                                          XRSD, ring_off, XEV)
+                                          XRSD, ring_off)
                     _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK)
                 elif XU > 0:  # only the rows that route e, XU at a time
                     for u0 in range(0, user_count(ids, keep, e), XU):

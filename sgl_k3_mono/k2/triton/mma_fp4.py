@@ -173,25 +173,11 @@ def _xwords(xq, kb):
 
 
 @triton.jit
-def _load(ptr, EV: tl.constexpr = 0):
-    """A register loop's load: EV 1 or 3 evict-first in L1, 4 evict-last, 2 past L1 (.cg),
-    else plain."""
-    if EV == 1 or EV == 3:
-        return tl.load(ptr, eviction_policy="evict_first")
-    elif EV == 4:
-        return tl.load(ptr, eviction_policy="evict_last")
-    elif EV == 2:
-        return tl.load(ptr, cache_modifier=".cg")
-    else:
-        return tl.load(ptr)
-
-
-@triton.jit
-def _words(ptr, EV: tl.constexpr = 0):
+def _words(ptr):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
-    nothing. EV: _load's cache policy."""
-    v = _load(ptr[:, None] + tl.arange(0, 4)[None, :], EV)
+    nothing."""
+    v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
     w1, w3 = tl.split(b)
@@ -207,15 +193,15 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _scales(ptr, c, EV: tl.constexpr = 0):
+def _scales(ptr, c):
     """_scale_of the scale word at ptr."""
-    return _scale_of(_load(ptr, EV), c)
+    return _scale_of(tl.load(ptr), c)
 
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, EV: tl.constexpr = 0):
+                    RS: tl.constexpr = 0, ring_off=0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -235,8 +221,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
     own). PD and KU are then unused. The register loops lean on L1 for x (every warp of
     the program reads it): the launch's carveout must leave L1 its room
-    (runtime/triton_smem.fit_carveout; seventeenth session). EV: the register loops'
-    L1 policy for the weights and scales (_kblock)."""
+    (runtime/triton_smem.fit_carveout; seventeenth session)."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -300,57 +285,53 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True, EV=EV)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True, EV=EV)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, EV=EV)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, EV=EV)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True, EV=EV)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True, EV=EV)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True, EV=EV)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, EV=EV),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, EV: tl.constexpr = 0):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
-    scale words as loaded, for _kblock_mma to decode). EV: the weights' and scales' L1
-    policy (_load), so that the streamed weights do not push out x, which every warp of
-    the program reads again; 3 also asks L1 to keep x (evict-last)."""
+    scale words as loaded, for _kblock_mma to decode)."""
     xk = xq + kb * 64
-    XL: tl.constexpr = 0 if EV != 3 else 4
-    x0, x1, x2, x3 = _words(xk, XL)
-    x4, x5, x6, x7 = _words(xk + 4, XL)
-    x8, x9, x10, x11 = _words(xk + 8, XL)
-    x12, x13, x14, x15 = _words(xk + 12, XL)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16, EV)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16, EV)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16, EV)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16, EV)
+    x0, x1, x2, x3 = _words(xk)
+    x4, x5, x6, x7 = _words(xk + 4)
+    x8, x9, x10, x11 = _words(xk + 8)
+    x12, x13, x14, x15 = _words(xk + 12)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16)
     if RAW:
-        s0, s1, s2, s3 = _load(sa0 + kb, EV), _load(sb0 + kb, EV), _load(sa1 + kb, EV), _load(sb1 + kb, EV)
+        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
     else:
-        s0, s1, s2, s3 = (_scales(sa0 + kb, c, EV), _scales(sb0 + kb, c, EV), _scales(sa1 + kb, c, EV),
-                          _scales(sb1 + kb, c, EV))
+        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
