@@ -23,8 +23,6 @@ MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
-FRONT_SPLITS = 4
-"""The most K parts the front's tiles split into (SKF; front_parts holds that many)."""
 
 
 def _next_pow2(n: int) -> int:
@@ -258,16 +256,11 @@ class K2Scratch:
     narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
-    front_parts: torch.Tensor
-    """[FRONT_SPLITS, M, S2 + E + L] fp32: SKF > 1, each K part's sums of the front's tiles."""
-    front_counters: torch.Tensor
-    """int32 [(S2 + E + L) / 16]: SKF > 1, the parts of each front tile in (zero between launches)."""
     sync: torch.Tensor
 
     @classmethod
     def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
         m, h, k = plan.rows, plan.hidden, plan.top_k
-        nf = plan.shared2 + plan.experts + plan.latent
         bf, f32 = dict(dtype=torch.bfloat16, device=device), dict(dtype=torch.float32, device=device)
         return cls(
             part1=torch.empty(m, h, **bf), p=torch.empty(m, h, **bf), h2=torch.empty(ROW_PAD, h, **bf),
@@ -282,8 +275,6 @@ class K2Scratch:
             seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
             seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
-            front_parts=torch.empty(FRONT_SPLITS, m, nf, **f32),
-            front_counters=torch.zeros(nf // 16, dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -319,11 +310,12 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 from 2 rows). CARVE
+    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 at 2 rows and from 5). CARVE
     (1 on the mma path; 0 an option): the compiled launch's shared-memory carveout is
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma at 3 rows and more the
-    tensor-core dense phases step BK 128 (default_tiles says what was measured).
+    tensor-core dense phases step BK 128 from 5 rows (default_tiles says what was measured).
+    BKN (0: norm_chunk's) latent_up's RMSNorm chunk.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -336,8 +328,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows >= 2 else 0, CARVE=1)
-        if not dense_gemv and rows >= 3:
+                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0,
+                 XRSD=2 if rows == 2 or rows >= 5 else 0, CARVE=1)
+        if not dense_gemv and rows >= 5:
             t.update(BK=128)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
@@ -382,8 +375,17 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     232.1 us against the default's 135.5 / 134.5 / 179.3 / 237.5 (CARVE alone: 136.0 /
     132.7 / 179.2 / 236.8). The down ring without the fitted carveout had cost experts_up's
     register loop 116.9 us against 76.9 at 8 rows: L1 had lost its room. At 1 row the
-    down ring stays off (135.8 against 136.0 with CARVE alone: no gain). k2_tiles' mma branch
-    holds these, so a sweep's one-key override (set_block) keeps them."""
+    down ring stays off (135.8 against 136.0 with CARVE alone: no gain).
+
+    Eighteenth session (traced, one call each): latent_up's two norm passes step BKN
+    (norm_chunk: 512 at 16 rows, one chunk at 1 row) where they had stepped BK, a chain of
+    L2 round trips: latent_up 17.9 / 23.0 / 26.4 / 28.2 us at 1 / 2 / 4 / 8 rows against
+    35.3 / 28.4 / 31.5 / 32.3 with BKN 128, the launch 128.2 / 132.0 / 176.9 / 234.1. BK 256
+    with experts_down's ring (163 840 B of shared memory) costs experts_up's register loop
+    32 us at 8 rows; BK 256 without the ring took 168.6 against 176.0 at 4 rows (the dense
+    phases 13 us faster, experts_down 4 slower) and 234.1 against 233.6 at 8 (experts_down
+    7 slower, experts_up 6). So at 3 and 4 rows BK 256 and no down ring. k2_tiles' mma
+    branch holds these, so a sweep's one-key override (set_block) keeps them."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -464,10 +466,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
-    skf = b.get("SKF", 1)
-    if skf not in range(1, FRONT_SPLITS + 1) or (skf > 1 and (hidden % b["BK"] or hidden // b["BK"] < skf)):
-        raise ValueError(f"K2 tiles: SKF={b.get('SKF')} with BK={b['BK']}; the front's K splits into 1..{FRONT_SPLITS} "
-                         f"parts of whole BK steps of H {hidden}")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
@@ -663,7 +661,7 @@ class K2Launch:
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
-            s.front_parts, s.front_counters, out, *self._peer_args(),
+            out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync, 0,
         )
@@ -685,7 +683,7 @@ class K2Launch:
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=bool(b.get("SDU", 0)), SKF=b.get("SKF", 1),
+            SDU=bool(b.get("SDU", 0)),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

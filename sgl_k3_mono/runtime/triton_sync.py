@@ -87,20 +87,6 @@ def grid_barrier(sync_ptr, index, nprog, t0, deadline_ns, err_addr, rank, layer,
 
 
 @triton.jit
-def last_arrival(cnt_ptr, n):
-    """One of n programs that each wrote a part of a result, after its writes: True for
-    the one that arrived last, which then sees every part (acquire; the CTA barrier
-    after it carries that to all its threads) and resets the counter for the next launch.
-    No program waits, so no deadline is needed."""
-    tl.debug_barrier()
-    last = tl.atomic_add(cnt_ptr, 1, sem="acq_rel", scope="gpu") == n - 1
-    if last:
-        tl.atomic_xchg(cnt_ptr, 0, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    return last
-
-
-@triton.jit
 def depart(sync_ptr, nprog):
     """After the launch's last barrier: the last program out resets the counters and
     advances the epoch, so the next launch on this slot starts from zero (stream order)."""

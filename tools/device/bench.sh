@@ -14,8 +14,8 @@
 #   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
 #                                        # rings, and which shared size each build ran with (~8 min)
 #   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
-#   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN), the front's K split
-#                                        # (SKF), BK 256 from 3 rows, with the new cases' tests (~8 min)
+#   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
+#                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
 # Logs under $OUT. Each sweep compiles its variants first, all at once (env.sh `warm`).
@@ -110,14 +110,13 @@ case "${1:-}" in
         | tee -a "$OUT/k1-carve.log"
     done ;;
   dense)  # the dense phases (eighteenth session): latent_up's norm passes in BKN-wide chunks (the
-          # default now; BKN=128 is how they ran), the front's K in SKF parts added up by the last
-          # to arrive, and BK 256 from 3 rows now that the carveout is fitted; the new cases' GPU
-          # tests and the options' test beside the warm step (~8 min)
-    ( t k2-skf 420 tests/launch/test_k2.py -k "SKF or expert_options" ) > "$OUT/k2-skf.out" 2>&1 &
+          # default; BKN=128 is how they ran before), and from 3 rows BK 256 without experts_down's
+          # ring (the default at 3 and 4 rows) against BK 128 with it (the default from 5); every
+          # K2 GPU test beside the warm step (tests.sh k2-one-gpu), the timing after them (~9 min)
+    bash tools/device/tests.sh k2-one-gpu > "$OUT/k2-one-gpu.out" 2>&1 &
     p1=$!
-    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 240 mxfp4 1,2,4,8 "" BKN=128 BK=256 SKF=2 SKF=3 SKF=4 \
-      BK=256,SKF=2 BK=256,SKF=3
-    cat "$OUT/k2-skf.out" ;;
+    K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 150 mxfp4 3,4,5,6,7,8 "" BK=128,XRSD=2 BK=256,XRSD=0 BKN=128
+    cat "$OUT/k2-one-gpu.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)

@@ -11,6 +11,7 @@
 #                                       # overlap on the host's cores (~6.5 min, fourteenth session). Not the step
 #                                       # file: beside them its host reference took 89-162 s a case, so it ran out
 #                                       # of time; give it `tests.sh forward`'s call alone
+#   bash tools/device/tests.sh k2-one-gpu  # nvidia-h200: one-gpu's three K2 groups, not K1's
 set -u
 source tools/device/env.sh
 case "${1:-}" in
@@ -31,5 +32,11 @@ case "${1:-}" in
       -k "gpu and not gpu_small and not gpu_real" &
     OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
     wait ;;
-  *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu" >&2; exit 2 ;;
+  k2-one-gpu)  # one-gpu's K2 groups alone (when K1's code has not changed since its tests last passed)
+    OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
+    OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
+    OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
+      -k "gpu and not gpu_small and not gpu_real" &
+    wait ;;
+  *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu|k2-one-gpu" >&2; exit 2 ;;
 esac

@@ -40,7 +40,7 @@ from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
-from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, last_arrival, maybe_stall, now_ns, wait_eq
+from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
 TRACE_SLOTS = tl.constexpr(16)
@@ -184,42 +184,6 @@ def _l2_expert_rows(w_ptr, s_n, r0, SECOND: tl.constexpr, R: tl.constexpr, BYTES
 
 
 @triton.jit
-def _front_part(n0, k0, klen, h2_ptr, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn, M, H: tl.constexpr,
-                S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr, BM: tl.constexpr, BNF: tl.constexpr,
-                BK: tl.constexpr, STAGES: tl.constexpr, DENSE_GEMV: tl.constexpr):
-    """[BM, BNF] fp32: h2 @ the merged front rows n0 .. n0 + BNF - 1 ([S2 | E | L], each
-    segment its own tensor) over K k0 .. k0 + klen - 1."""
-    acc = tl.zeros((BM, BNF), tl.float32)
-    if n0 < S2:
-        acc = dot_bf16(h2_ptr + k0, H, M, wgu_ptr + k0, s_wgu, n0, S2, klen, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
-    elif n0 < S2 + E:
-        acc = dot_bf16(h2_ptr + k0, H, M, wr_ptr + k0, s_wr, n0 - S2, E, klen, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
-    else:
-        acc = dot_bf16(h2_ptr + k0, H, M, wdn_ptr + k0, s_wdn, n0 - S2 - E, L, klen, acc, BM, BNF, BK, STAGES,
-                       DENSE_GEMV)
-    return acc
-
-
-@triton.jit
-def _front_store(acc, n0, gu_ptr, logit_ptr, xin_ptr, M, rm, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
-                 BNF: tl.constexpr, FRONT_BF16: tl.constexpr):
-    """A front tile's sums into its segment's buffer: the shared gate/up and the router
-    logits fp32 (bf16-rounded where the ISA's standard path rounds them), the latent
-    down bf16."""
-    rn = tl.arange(0, BNF)
-    if n0 < S2:
-        if FRONT_BF16:
-            acc = acc.to(tl.bfloat16).to(tl.float32)
-        tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
-    elif n0 < S2 + E:
-        if FRONT_BF16:
-            acc = acc.to(tl.bfloat16).to(tl.float32)
-        tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
-    else:
-        tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
-
-
-@triton.jit
 def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.constexpr, L: tl.constexpr,
                       S2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
                       DENSE_GEMV: tl.constexpr):
@@ -273,7 +237,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, fparts_ptr, fcnt_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -297,7 +261,7 @@ def k2_kernel(
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
-    BKN: tl.constexpr = 128, SKF: tl.constexpr = 1,
+    BKN: tl.constexpr = 128,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -426,34 +390,24 @@ def k2_kernel(
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
             _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        # SKF > 1: a tile's K in SKF parts, each its own item (86 tiles of 64 rows leave 46
-        # of 132 SMs idle at a TP-8 rank); a part's fp32 sum goes to fparts, and the last
-        # of a tile's parts to arrive adds them up in part order (the same bits whichever
-        # program that is, and on every rank)
-        NFT: tl.constexpr = (S2 + E + L) // BNF
-        NKF: tl.constexpr = H // BK
-        for item in range(pid, NFT * SKF, nprog):
-            tile = item // SKF
+        for tile in range(pid, (S2 + E + L) // BNF, nprog):
             n0 = tile * BNF
-            if SKF == 1:
-                acc = _front_part(n0, 0, H, h2_ptr, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn, M, H, S2, E, L,
-                                  BM, BNF, BK, STAGES, DENSE_GEMV)
-                _front_store(acc, n0, gu_ptr, logit_ptr, xin_ptr, M, rm, S2, E, L, BNF, FRONT_BF16)
+            acc = tl.zeros((BM, BNF), tl.float32)
+            rn = tl.arange(0, BNF)
+            if n0 < S2:
+                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
+                if FRONT_BF16:
+                    acc = acc.to(tl.bfloat16).to(tl.float32)
+                tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
+            elif n0 < S2 + E:
+                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
+                if FRONT_BF16:
+                    acc = acc.to(tl.bfloat16).to(tl.float32)
+                tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
             else:
-                part = item % SKF
-                k0 = (part * NKF // SKF) * BK
-                k1 = ((part + 1) * NKF // SKF) * BK
-                acc = _front_part(n0, k0, k1 - k0, h2_ptr, wgu_ptr, s_wgu, wr_ptr, s_wr, wdn_ptr, s_wdn, M, H, S2, E,
-                                  L, BM, BNF, BK, STAGES, DENSE_GEMV)
-                rn = n0 + tl.arange(0, BNF)
-                tl.store(fparts_ptr + (part * M + rm[:, None]) * (S2 + E + L) + rn[None, :], acc,
+                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
+                tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
-                if last_arrival(fcnt_ptr + tile, SKF):
-                    acc = tl.zeros((BM, BNF), tl.float32)
-                    for q in tl.static_range(SKF):  # part order
-                        acc += tl.load(fparts_ptr + (q * M + rm[:, None]) * (S2 + E + L) + rn[None, :],
-                                       mask=rm[:, None] < M, other=0.0, cache_modifier=".cg")
-                    _front_store(acc, n0, gu_ptr, logit_ptr, xin_ptr, M, rm, S2, E, L, BNF, FRONT_BF16)
         if PERSISTENT:
             grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, HIP)
 
