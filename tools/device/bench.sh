@@ -112,8 +112,13 @@ case "${1:-}" in
   dense)  # the dense phases (eighteenth session): latent_up's norm passes in BKN-wide chunks (the
           # default; BKN=128 is how they ran before), and from 3 rows BK 256 without experts_down's
           # ring (the default at 3 and 4 rows) against BK 128 with it (the default from 5); every
-          # K2 GPU test beside the warm step (tests.sh k2-one-gpu), the timing after them (~9 min)
-    bash tools/device/tests.sh k2-one-gpu > "$OUT/k2-one-gpu.out" 2>&1 &
+          # K2 GPU test beside the warm step (tests.sh k2-one-gpu's groups), the timing after them (~9 min)
+    # (tests.sh's k2-one-gpu groups, here so that env.sh's install into /tmp/site runs once)
+    ( OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
+      OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
+      OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
+      wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
     p1=$!
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 150 mxfp4 3,4,5,6,7,8 "" BK=128,XRSD=2 BK=256,XRSD=0 BKN=128
     cat "$OUT/k2-one-gpu.out" ;;
