@@ -381,11 +381,14 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     (norm_chunk: 512 at 16 rows, one chunk at 1 row) where they had stepped BK, a chain of
     L2 round trips: latent_up 17.9 / 23.0 / 26.4 / 28.2 us at 1 / 2 / 4 / 8 rows against
     35.3 / 28.4 / 31.5 / 32.3 with BKN 128, the launch 128.2 / 132.0 / 176.9 / 234.1. BK 256
-    with experts_down's ring (163 840 B of shared memory) costs experts_up's register loop
-    32 us at 8 rows; BK 256 without the ring took 168.6 against 176.0 at 4 rows (the dense
-    phases 13 us faster, experts_down 4 slower) and 234.1 against 233.6 at 8 (experts_down
-    7 slower, experts_up 6). So at 3 and 4 rows BK 256 and no down ring. k2_tiles' mma
-    branch holds these, so a sweep's one-key override (set_block) keeps them."""
+    (Triton's own shared memory 81 920 -> 163 840 B) with experts_down's ring (40 960 B
+    more) costs experts_up's register loop 32 us at 8 rows; BK 256 without the ring took
+    168.6 against 176.0 at 4 rows (the dense phases 11 us faster, experts_down 4 slower)
+    and 234.1 against 233.6 at 8 (experts_down 7 slower, experts_up 6). So at 3 and 4 rows
+    BK 256 and no down ring (161.6 / 171.7 against 167.6 / 178.0 in a second call). That
+    call also had it 1.6-5.2 us faster at 5-8 rows; not the default there yet: untested on
+    the GPU. k2_tiles' mma branch holds these, so a sweep's one-key override (set_block)
+    keeps them."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
