@@ -70,6 +70,26 @@ def test_mma_experts_tiles_at_every_row_count():
         assert _plan(rows=rows).mma_experts, rows
 
 
+def test_mma_tiles_dense_k_step_and_down_ring_by_rows():
+    """On the mma path the dense phases step BK 256 up to 4 rows and 128 from 5, where
+    experts_down streams through its ring (XRSD 2; and at 2 rows, with experts_up's):
+    BK 256's larger pipeline and the ring together leave experts_up's register loop too
+    little L1 (docs/evidence/k2-sm90.md, eighteenth session)."""
+    for rows, bk, xrs, xrsd in ((2, 256, 2, 2), (3, 256, 0, 0), (4, 256, 0, 0), (5, 128, 0, 2), (8, 128, 0, 2)):
+        t = host.default_tiles(rows, mxfp4=True, mma=True)
+        assert (t["BK"], t["XRS"], t["XRSD"], t["CARVE"]) == (bk, xrs, xrsd, 1), (rows, t)
+
+
+def test_norm_chunk_is_about_32_elements_a_thread():
+    """latent_up's RMSNorm passes step BKN: 32 elements a thread of the [rows, BKN] chunk,
+    never under the dense K step, never past the latent width's power of two."""
+    assert host.norm_chunk(16, 256, 3584, 128) == 512
+    assert host.norm_chunk(1, 256, 3584, 512) == 4096  # one chunk at 1 row
+    assert host.norm_chunk(8, 256, 3584, 512) == 1024
+    assert host.norm_chunk(16, 128, 3584, 256) == 256  # the K step is the floor
+    assert host.norm_chunk(16, 256, 128, 64) == 128  # a small latent: its own width
+
+
 def test_fit_tiles_halves_a_k_split_the_widths_cannot_take():
     """A latent width that one group's whole loop steps cannot split 4 ways keeps mma_fp4
     with fewer groups instead of leaving the mma path."""
