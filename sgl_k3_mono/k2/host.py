@@ -315,7 +315,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma at 3 rows and more the
     tensor-core dense phases step BK 128 from 5 rows (default_tiles says what was measured).
-    BKN (0: norm_chunk's) latent_up's RMSNorm chunk.
+    BKN: latent_up's RMSNorm chunk (unset: norm_chunk's).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
