@@ -305,17 +305,18 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     option, 0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
     (runtime/triton_seam.py), where the rows' slices fit the grid. SDU: the shared
-    experts' down tiles run in experts_up after the routed items, on the programs those
-    leave idle (48 routed items for 132 programs at M 1), not in experts_down (the same
-    arithmetic, so the same bits); -1 (the default) is sdu_fits' choice, 0 / 1 force it.
+    experts' down tiles run in experts_up, on the programs the routed items leave idle (48
+    routed items for 132 programs at M 1), not in experts_down (the same arithmetic, so the
+    same bits): 1 after the routed items round the grid (so a program that ran one may run
+    tiles after it), 2 dealt over the idle programs only; -1 (the default) is sdu_fits'
+    choice (2 or 0), 0 / 1 / 2 force it.
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; XRS 2 at 2 rows, XRSD 2 at 2 rows and from 5). CARVE
+    (the same arithmetic, so the same bits; both 2 at 2 rows, else 0). CARVE
     (1 on the mma path; 0 an option): the compiled launch's shared-memory carveout is
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
-    where Triton would ask for the largest shared part. With mma at 3 rows and more the
-    tensor-core dense phases step BK 128 from 5 rows (default_tiles says what was measured).
-    BKN: latent_up's RMSNorm chunk (unset: norm_chunk's).
+    where Triton would ask for the largest shared part. With mma the tensor-core dense
+    phases step BK 256 at every row count (default_tiles says what was measured). BKN: latent_up's RMSNorm chunk (unset: norm_chunk's).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -328,10 +329,7 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BN=64, BK=256)
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
-                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0,
-                 XRSD=2 if rows == 2 or rows >= 5 else 0, CARVE=1)
-        if not dense_gemv and rows >= 5:
-            t.update(BK=128)
+                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -388,7 +386,11 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     BK 256 and no down ring (161.6 / 171.7 against 167.6 / 178.0 in a second call). That
     call also had it 1.6-5.2 us faster at 5-8 rows; not the default there yet: untested on
     the GPU. k2_tiles' mma branch holds these, so a sweep's one-key override (set_block)
-    keeps them."""
+    keeps them.
+
+    Nineteenth session: BK 256 without the down ring from 5 rows too, and the shared
+    down's tiles dealt over the programs the routed items leave idle (SDU 2) where they had
+    followed the routed items round the grid (SDU 1; docs/evidence/k2-sm90.md)."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -638,8 +640,11 @@ class K2Launch:
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
-            b["SDU"] = int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
-                                                     inter=pl.inter, grid=pl.grid))
+            b["SDU"] = 2 * int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
+                                                         inter=pl.inter, grid=pl.grid))
+        if b.get("SDU", 0) not in (0, 1, 2):
+            raise ValueError(f"K2Launch: SDU {b['SDU']} is not 0 (off), 1 (after the routed items) or 2 (on the "
+                             "programs they leave idle)")
         self.tiles_used = b
         bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0
         b["SEAM_SPLIT"] = int(bs > 0)
@@ -686,7 +691,7 @@ class K2Launch:
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=bool(b.get("SDU", 0)),
+            SDU=int(b.get("SDU", 0)),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

@@ -45,9 +45,12 @@ CPU_CASES = [
     Case("k3-small", 1, "mxfp4", "sm_90", nvb=3, prefix=False, seed=15),
     Case("k3-small", 1, "bf16", "gfx950", nvb=1, tp=2, seed=16),
     Case("k3-tiny", 2, "bf16", "sm_90", nvb=2, seed=17, tiles="SEAM_SPLIT=0"),
-    # the shared experts' down tiles in experts_up (SDU, off by default), at TP 1 and 2
+    # the shared experts' down tiles in experts_up (SDU; 2 by default where the routed
+    # items leave programs idle), at TP 1 and 2; k3-tiny's routed items fill its 4-program
+    # grid, so SDU 2 takes its round-the-grid branch there
     Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=18, tiles="SDU=1"),
     Case("k3-tiny", 3, "bf16", "gfx950", nvb=2, tp=2, seed=19, tiles="SDU=1"),
+    Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=20, tiles="SDU=2"),
 ]
 
 
@@ -99,6 +102,7 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # the front's weights prefetched into L2 during the seam (a tile option, off by default)
              Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=45, tiles="PF=512,BNF=16,BNH=48"),
              Case("k3-small", 1, "mxfp4", "sm_90", nvb=1, seed=50, tiles="SDU=1"),
+             Case("k3-small", 3, "mxfp4", "sm_90", nvb=2, seed=53, tiles="SDU=2"),
              # the experts' weights and scales streamed through a cp.async ring in shared
              # memory (XRS / XRSD: 2 / 2 at 2 rows, 0 / 2 from 3), with the K split too
              Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=51, tiles="XRS=3,XRSD=2"),
@@ -181,7 +185,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     assert ref["mma"]
     for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
                            ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
-                           ("SDU=1,SEAM_SPLIT=0", True),
+                           ("SDU=1,SEAM_SPLIT=0", True), ("SDU=2,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):

@@ -71,11 +71,11 @@ def test_mma_experts_tiles_at_every_row_count():
 
 
 def test_mma_tiles_dense_k_step_and_down_ring_by_rows():
-    """On the mma path the dense phases step BK 256 up to 4 rows and 128 from 5, where
-    experts_down streams through its ring (XRSD 2; and at 2 rows, with experts_up's):
-    BK 256's larger pipeline and the ring together leave experts_up's register loop too
-    little L1 (docs/evidence/k2-sm90.md, eighteenth session)."""
-    for rows, bk, xrs, xrsd in ((2, 256, 2, 2), (3, 256, 0, 0), (4, 256, 0, 0), (5, 128, 0, 2), (8, 128, 0, 2)):
+    """On the mma path the dense phases step BK 256 at every row count, and only at 2 rows
+    do the experts stream through their rings (XRS 2, XRSD 2): BK 256's larger pipeline and
+    the ring together leave experts_up's register loop too little L1
+    (docs/evidence/k2-sm90.md, eighteenth and nineteenth sessions)."""
+    for rows, bk, xrs, xrsd in ((2, 256, 2, 2), (3, 256, 0, 0), (4, 256, 0, 0), (5, 256, 0, 0), (8, 256, 0, 0)):
         t = host.default_tiles(rows, mxfp4=True, mma=True)
         assert (t["BK"], t["XRS"], t["XRSD"], t["CARVE"]) == (bk, xrs, xrsd, 1), (rows, t)
 
@@ -370,7 +370,8 @@ def test_shared_down_rides_in_experts_up_where_the_routed_items_leave_programs_i
 def test_launch_args_resolve_the_shared_down_choice_and_say_what_runs(monkeypatch, hip):
     """launch_args turns SDU -1 into sdu_fits' answer (sm_90 only: it was measured
     there, and the FlyDSL K2 keeps the shared down in experts_down), so tiles_used and
-    the kernel's SDU agree; SDU 0 and 1 are taken as given."""
+    the kernel's SDU agree: 2, the shared down's tiles on the programs the routed items
+    leave idle; SDU 0, 1 and 2 are taken as given, anything else refused."""
     import torch
 
     monkeypatch.setattr(host, "sdu_fits", lambda b, **kw: True)
@@ -380,11 +381,14 @@ def test_launch_args_resolve_the_shared_down_choice_and_say_what_runs(monkeypatc
     bf = torch.bfloat16
     inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
               torch.empty(2, plan.hidden, dtype=bf))
-    for force, want in ((None, not hip), (0, False), (1, True)):
+    for force, want in ((None, 0 if hip else 2), (0, 0), (1, 1), (2, 2)):
         if force is not None:
             launch.set_block(SDU=force)
-        assert launch.launch_args(rw, *inputs)[1]["SDU"] is want, force
-        assert launch.tiles_used["SDU"] == int(want), force
+        assert launch.launch_args(rw, *inputs)[1]["SDU"] == want, force
+        assert launch.tiles_used["SDU"] == want, force
+    launch.set_block(SDU=3)
+    with pytest.raises(ValueError, match="SDU 3"):
+        launch.launch_args(rw, *inputs)
 
 
 def test_scalars_that_change_between_layers_are_not_specialised():

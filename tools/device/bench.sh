@@ -14,6 +14,8 @@
 #   bash tools/device/bench.sh carve     # K2 with its shared-memory carveout fitted to its block (CARVE), with the
 #                                        # rings, and which shared size each build ran with (~8 min)
 #   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
+#   bash tools/device/bench.sh sdu       # the shared down on idle programs (SDU 2), the K split's choice, BK 256
+#                                        # from 5 rows; every K2 GPU test beside it (~9 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -122,8 +124,24 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 150 mxfp4 3,4,5,6,7,8 "" BK=128,XRSD=2 BK=256,XRSD=0 BKN=128
     cat "$OUT/k2-one-gpu.out" ;;
+  sdu)  # nineteenth session: the shared down's tiles on the programs the routed items leave idle (SDU 2,
+        # the default at 1 and 2 rows) against after the routed items (SDU 1, as before), the K split's
+        # choice (KSX -1), and from 5 rows BK 256 without experts_down's ring (the default now) against
+        # BK 128 with it; every K2 GPU test beside the warm steps, the timing after them (~9 min)
+    ( OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
+      OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
+      OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
+      wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
+    p1=$!
+    w2="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 5,6,8 --formats mxfp4 --trace --warm-only --block"
+    ( warm "$OUT/k2-bk-prewarm.log" "$w2 ''" "$w2 BK=128,XRSD=2" ) &
+    p2=$!
+    K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-sdu 100 mxfp4 1,2,4 "" SDU=1 KSX=-1
+    K2_EXTRA=--trace k2_sweep k2-bk 100 mxfp4 5,6,8 "" BK=128,XRSD=2
+    cat "$OUT/k2-one-gpu.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|trace|k2 ..." >&2; exit 2 ;;
 esac

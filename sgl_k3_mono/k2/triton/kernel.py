@@ -10,7 +10,7 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
                  the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
-  4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile); SDU: the shared down here
+  4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile); SDU > 0: the shared down here
   5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(sact @ Wd^T)
   6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
   7 reduce       TP > 1: [latent | shared] = bf16(sum_r partial_r) over the peers (column tiles)
@@ -260,7 +260,7 @@ def k2_kernel(
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
-    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = False, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
+    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
     BKN: tl.constexpr = 128,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
@@ -442,9 +442,12 @@ def k2_kernel(
             _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         n_up = n_e * (I // BI)
-        # SDU: the shared experts' down tiles ride here, after the routed items, where they
-        # land on programs the routed items leave idle (48 items for 132 programs at M 1)
-        for item in range(pid, n_up + (H // BN if SDU else 0), nprog):
+        # SDU: the shared experts' down tiles ride here, on programs the routed items leave
+        # idle (48 items for 132 programs at M 1). SDU 1: they follow the routed items round
+        # the grid, so once they outnumber the idle programs a program that ran a routed item
+        # (a chain of 28 k-blocks at a TP-8 rank) runs tiles after it. SDU 2: they are dealt
+        # over the idle programs only, and round the whole grid only where none is idle
+        for item in range(pid, n_up + (H // BN if SDU == 1 else 0), nprog):
             if item < n_up:
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
@@ -510,6 +513,13 @@ def k2_kernel(
                     tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
             else:
                 _shared_down_tile(item - n_up, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
+                                  BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
+        if SDU == 2:
+            wrap = n_up >= nprog  # (sdu_fits rules it out: SDU is chosen for steps that leave idle programs)
+            sd_first = tl.where(wrap, (pid + nprog - n_up % nprog) % nprog, tl.where(pid < n_up, H // BN, pid - n_up))
+            sd_step = tl.where(wrap, nprog, nprog - n_up)
+            for tile in range(sd_first, H // BN, sd_step):
+                _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
