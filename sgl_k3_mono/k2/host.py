@@ -127,8 +127,10 @@ class K2Plan:
         and the default mma tiles, as fit_tiles fits them, keep it. Decided here, so a plan
         that cannot take them gets the tiles measured for its other path (default_tiles),
         not mma's 8 warps."""
-        tiles = fit_tiles(default_tiles(self.rows, True, mma=True), hidden=self.hidden, shared2=self.shared2,
-                          experts=self.experts, latent=self.latent, inter=self.inter, mma=True)
+        tiles = resolve_ksx(default_tiles(self.rows, True, mma=True), rows=self.rows, top_k=self.top_k,
+                            experts=self.experts, inter=self.inter, grid=self.grid, mma=True)
+        tiles = fit_tiles(tiles, hidden=self.hidden, shared2=self.shared2, experts=self.experts, latent=self.latent,
+                          inter=self.inter, mma=True)
         return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
                 and bool(tiles["MMA"]))
 
@@ -297,8 +299,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
-    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, an option:
-    ksx_choice's split), XPD (1; 2 an option, 0 the plain loop) experts_up's k-blocks
+    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, the default
+    at 1 and 4 rows: ksx_choice's split, resolve_ksx), XPD (1; 2 an option, 0 the plain loop) experts_up's k-blocks
     loaded that many steps ahead of their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD;
     one k-block a step), XPDD the same for experts_down (0: its K is 3 k-blocks at a TP-8
     rank, and the unrolled ring of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an
@@ -328,7 +330,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     else:
         t.update(BN=64, BK=256)
     if mma:
-        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1, KSX=1,
+        t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1,
+                 KSX=-1 if rows in (1, 4) else 1,
                  BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
@@ -388,9 +391,16 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     the GPU. k2_tiles' mma branch holds these, so a sweep's one-key override (set_block)
     keeps them.
 
-    Nineteenth session: BK 256 without the down ring from 5 rows too, and the shared
-    down's tiles dealt over the programs the routed items leave idle (SDU 2) where they had
-    followed the routed items round the grid (SDU 1; docs/evidence/k2-sm90.md)."""
+    Nineteenth session (one call, traced; docs/evidence/k2-sm90.md): BK 256 without the
+    down ring from 5 rows too (181.8 / 209.9 / 229.6 us at 5 / 6 / 8 rows against 186.6 /
+    214.6 / 233.8 with BK 128 and the ring), and the shared down's tiles dealt over the
+    programs the routed items leave idle (SDU 2: 132.7 / 128.3 us at 1 / 2 rows against
+    133.7 / 130.7 where they had followed the routed items round the grid, SDU 1). At 1
+    and 4 rows the K split is ksx_choice's (KSX -1, 2 at a TP-8 rank): 127.8 / 167.3 us
+    against 132.7 / 171.6; at 2 rows its 4-way split took 129.9 against 128.3 (and turned
+    SDU off), and at 3 and 5-8 rows it was not timed, so there it stays off. Its steps' KL
+    stayed as far inside the bound as the unsplit ones' over three seeds (a second call),
+    where the tenth session's one run had left it once."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -430,6 +440,16 @@ def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: in
     return k if waves[k] <= 0.8 * waves[1] else 1
 
 
+def resolve_ksx(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: int, mma: bool) -> dict:
+    """The tiles with KSX -1 made ksx_choice's split on the mma experts, 1 on every other
+    path (fit_tiles takes only a resolved split)."""
+    b = dict(b)
+    if b.get("KSX", 1) < 0:
+        b["KSX"] = ksx_choice(b["num_warps"], rows=rows, top_k=top_k, experts=experts, inter=inter,
+                              grid=grid) if mma and b.get("MMA") else 1
+    return b
+
+
 def mma_fits(b: dict, *, latent: int, inter: int) -> bool:
     """mma_fp4's tiles divide the widths: I by BI, L by BL, both K walks (experts_up's
     split over KSX warp groups) by whole loop steps (the tensors' alignment is the plan's:
@@ -465,6 +485,13 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
     b = dict(b)
+    if b.get("KSX", 1) == -1:  # resolve_ksx's to choose (launch_args resolves it first): fitted unsplit
+        f = fit_tiles(dict(b, KSX=1), hidden=hidden, shared2=shared2, experts=experts, latent=latent, inter=inter,
+                      mma=mma)
+        return dict(f, KSX=-1) if f.get("MMA") else f
+    if b.get("KSX", 1) not in (1, 2, 4, 8):
+        raise ValueError(f"K2 tiles: KSX={b['KSX']}; the K split takes 1, 2, 4 or 8 warp groups, or -1 "
+                         "(ksx_choice's)")
     for key in ("XPD", "XPDD"):  # mma_fp4's register rings hold 1 or 2 k-blocks ahead
         if b.get(key, 0) not in (0, 1, 2):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the register prefetch takes 0, 1 or 2 k-blocks")
@@ -626,10 +653,8 @@ class K2Launch:
         ex = w.moe.experts
         # the interpreter runs no PTX; the HIP build has its own tiles
         mma = pl.mma_experts and not self.hip and _runs_ptx()
-        b = dict(self.block)
-        if b.get("KSX", 1) < 0:
-            b["KSX"] = ksx_choice(b["num_warps"], rows=pl.rows, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
-                                  grid=pl.grid) if mma and b.get("MMA") else 1
+        b = resolve_ksx(dict(self.block), rows=pl.rows, top_k=pl.top_k, experts=pl.experts, inter=pl.inter,
+                        grid=pl.grid, mma=mma)
         b = fit_tiles(b, hidden=pl.hidden, shared2=pl.shared2, experts=pl.experts, latent=pl.latent,
                       inter=pl.inter, mma=mma)
         if b.get("MMA") and not mma_aligned(ex):  # the plan was decided for other tensors: refuse, never fault

@@ -60,11 +60,13 @@ def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
 
 def test_mma_experts_tiles_at_every_row_count():
     """MXFP4 experts through mma_fp4 (the plan allows it): 8 warps at every M, a warp's two
-    16-row tiles (BI = 16 x warps gate/up rows, BL = 32 x warps), experts_up's K not split
-    (KSX: an option), no GEMV experts; the dense phases keep their per-M choice."""
+    16-row tiles (BI = 16 x warps gate/up rows, BL = 32 x warps), experts_up's K split
+    by ksx_choice (KSX -1) at 1 and 4 rows, where it measured faster, else not split; no
+    GEMV experts; the dense phases keep their per-M choice."""
     for rows in range(1, 9):
         t = host.default_tiles(rows, mxfp4=True, mma=True)
-        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8 and t["KSX"] == 1, (rows, t)
+        assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8, (rows, t)
+        assert t["KSX"] == (-1 if rows in (1, 4) else 1), (rows, t)
         assert (t["BI"], t["BL"]) == (128, 256)
         assert bool(t["DENSE_GEMV"]) == (rows == 1)
         assert _plan(rows=rows).mma_experts, rows
@@ -251,7 +253,7 @@ def test_expert_register_prefetch_steps_one_k_block():
     for m in (1, 2, 8):
         d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
                            latent=3584, inter=384, mma=True)
-        assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 1, 1), d
+        assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 1, -1 if m == 1 else 1), d
     t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
     f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f
@@ -364,6 +366,28 @@ def test_shared_down_rides_in_experts_up_where_the_routed_items_leave_programs_i
                            latent=3584, inter=inter, mma=True)
     assert tiles["SDU"] == -1 and tiles["BI"] == 128
     assert host.sdu_fits(tiles, rows=rows, top_k=16, experts=896, inter=inter, grid=132) == bool(sdu)
+
+
+def test_the_default_k_split_is_resolved_before_the_tiles_are_fitted():
+    """KSX -1 (the default at 1 and 4 rows) is resolve_ksx's to turn into ksx_choice's split
+    (launch_args does, before fitting); fit_tiles fits it unsplit and leaves it -1, and
+    takes no other split but 1, 2, 4 or 8. The split's BI decides SDU: at 1 row of a TP-8
+    rank KSX 2 makes 96 items of 64 rows, still fewer than 132 programs, so the shared down
+    still rides in experts_up."""
+    dims = dict(top_k=16, experts=896, inter=384, grid=132)
+    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    unresolved = host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **fit)
+    assert (unresolved["MMA"], unresolved["KSX"], unresolved["BI"]) == (1, -1, 128)
+    assert host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **dict(fit, mma=False))["KSX"] == 1
+    with pytest.raises(ValueError, match="KSX=3"):
+        host.fit_tiles(dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=3), **fit)
+    for rows, ksx in ((1, 2), (2, 1), (3, 1), (4, 2), (8, 1)):
+        t = host.resolve_ksx(host.default_tiles(rows, mxfp4=True, mma=True), rows=rows, mma=True, **dims)
+        f = host.fit_tiles(t, **fit)
+        assert (f["MMA"], f["KSX"], f["BI"]) == (1, ksx, 128 // ksx), (rows, f)
+    f = host.fit_tiles(host.resolve_ksx(host.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=True, **dims), **fit)
+    assert host.sdu_fits(f, rows=1, **dims)
+    assert host.resolve_ksx(host.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=False, **dims)["KSX"] == 1
 
 
 @pytest.mark.parametrize("hip", [False, True])
