@@ -350,10 +350,11 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     (`mma`: K2Plan.mma_experts), with 8 warps at every M; otherwise GEMV experts at 1 row
     and tensor-core experts from 2, 8 warps for bf16 at 2 rows (234 us against 251 with
     4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8). experts_up's K split
-    (KSX) stays off: faster in the tenth session's sweep (MXFP4, a TP-8 rank: 134 us
-    against 146 at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at
-    4 rows with 2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real
-    MXFP4 forward with it left its KL bound once (docs/evidence/k2-sm90.md). The mma
+    (KSX) was faster in the tenth session's sweep (MXFP4, a TP-8 rank: 134 us against 146
+    at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at 4 rows with
+    2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real MXFP4 forward
+    with it left its KL bound once, so it stayed off until the nineteenth session (below)
+    ran that forward over three seeds (docs/evidence/k2-sm90.md). The mma
     experts load each k-block one step ahead (XPD 1 in both expert phases: 142 / 155 /
     206 / 289 us against 150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session;
     the same arithmetic, so the same bits), now in experts_up only: with it in experts_down
@@ -424,7 +425,7 @@ def sdu_fits(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: 
 
 
 def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> int:
-    """KSX -1 (an option; the default is 1): the K split that best fills experts_up's
+    """KSX -1 (the default at 1 and 4 rows, an option elsewhere): the K split that best fills experts_up's
     waves. The most gate/up items a step can have, n = min(rows x top-k, E) x I / (16 x
     warps), take ceil(n k / grid) waves of items 1/k as long with a split of k; a split is
     taken where that is at most 0.8 of the unsplit phase (it has costs of its own: the

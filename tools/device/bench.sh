@@ -16,6 +16,8 @@
 #   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
 #   bash tools/device/bench.sh sdu       # the shared down on idle programs (SDU 2), the K split's choice, BK 256
 #                                        # from 5 rows; every K2 GPU test beside it (~9 min)
+#   bash tools/device/bench.sh ncu-mem   # L1 / L2 hit rates and DRAM bytes of K2's MXFP4 launch and expert
+#                                        # phases under Nsight Compute (~4 min; never run yet)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -39,6 +41,17 @@ k2_sweep() {
   # shellcheck disable=SC2086
   ( timeout "$to" python3 -m sgl_k3_mono.k2.bench --rows "$rows" --formats "$fmts" --no-phases $x "${args[@]}" 2>&1 \
       | grep -E "K2BENCH|K2TRACE|device|Error" ) | tee "$OUT/$name.log"
+}
+# k2_gpu_tests TIMEOUT: tests.sh k2-one-gpu's three K2 groups, each its own pytest process, into
+# $OUT/k2-one-gpu.out (here so that env.sh's install into /tmp/site runs once); a mode runs it in the
+# background beside its warm step and waits for it before timing (K2_WAIT). Under the compiles of two
+# warm steps the rest group needed more than 420 s once (nineteenth session, call 1)
+k2_gpu_tests() {
+  ( OMP_NUM_THREADS=2 t k2-small "$1" tests/launch/test_k2.py -k "gpu_small" &
+    OMP_NUM_THREADS=2 t k2-real "$1" tests/launch/test_k2.py -k "gpu_real" &
+    OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+      tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
+    wait ) > "$OUT/k2-one-gpu.out" 2>&1
 }
 case "${1:-}" in
   launches)
@@ -115,24 +128,16 @@ case "${1:-}" in
           # default; BKN=128 is how they ran before), and from 3 rows BK 256 without experts_down's
           # ring (the default at 3 and 4 rows) against BK 128 with it (the default from 5); every
           # K2 GPU test beside the warm step (tests.sh k2-one-gpu's groups), the timing after them (~9 min)
-    # (tests.sh's k2-one-gpu groups, here so that env.sh's install into /tmp/site runs once)
-    ( OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
-      OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
-      OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
-      wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
+    k2_gpu_tests 420 &
     p1=$!
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-dense 150 mxfp4 3,4,5,6,7,8 "" BK=128,XRSD=2 BK=256,XRSD=0 BKN=128
     cat "$OUT/k2-one-gpu.out" ;;
-  sdu)  # nineteenth session: the shared down's tiles on the programs the routed items leave idle (SDU 2,
-        # the default at 1 and 2 rows) against after the routed items (SDU 1, as before), the K split's
-        # choice (KSX -1), and from 5 rows BK 256 without experts_down's ring (the default now) against
-        # BK 128 with it; every K2 GPU test beside the warm steps, the timing after them (~9 min)
-    ( OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
-      OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
-      OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
-      wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
+  sdu)  # nineteenth session (run on 9a1cc3b, before the K split became the default at 1 and 4 rows): the
+        # shared down's tiles on the programs the routed items leave idle (SDU 2, the default at 1 and 2
+        # rows) against after the routed items (SDU 1, as before), the K split's choice (KSX -1), and from
+        # 5 rows BK 256 without experts_down's ring (the default now) against BK 128 with it; every K2 GPU
+        # test beside the warm steps, the timing after them (~9 min)
+    k2_gpu_tests 480 &
     p1=$!
     w2="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 5,6,8 --formats mxfp4 --trace --warm-only --block"
     ( warm "$OUT/k2-bk-prewarm.log" "$w2 ''" "$w2 BK=128,XRSD=2" ) &
@@ -140,8 +145,20 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-sdu 100 mxfp4 1,2,4 "" SDU=1 KSX=-1
     K2_EXTRA=--trace k2_sweep k2-bk 100 mxfp4 5,6,8 "" BK=128,XRSD=2
     cat "$OUT/k2-one-gpu.out" ;;
+  ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
+             # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
+             # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
+             # (their builds hold less shared memory, so their L1 is not the persistent launch's), at 8
+             # rows with the default (no ring) and with experts_down's ring (XRSD 2), and at 1 row (~4 min)
+    for spec in "8:" "8:XRSD=2" "1:"; do
+      echo "== NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:}"
+      ( NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:} timeout 150 ncu --clock-control none -k regex:k2_kernel \
+          --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+          python3 tools/device/ncu_k2_experts.py k2 2>&1 \
+          | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|ERROR|Error" )
+    done | tee "$OUT/ncu-mem.log" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
