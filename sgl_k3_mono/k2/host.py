@@ -300,9 +300,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
     splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
     items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, the default
-    at 1 and 4 rows: ksx_choice's split, resolve_ksx), XPD (1; 2 an option, 0 the plain loop) experts_up's k-blocks
-    loaded that many steps ahead of their mmas in registers (mma_fp4.mxfp4_mma_tiles' PD;
-    one k-block a step), XPDD the same for experts_down (0: its K is 3 k-blocks at a TP-8
+    at 1 and 4 rows: ksx_choice's split, resolve_ksx), XPD (1; 2 an option, 0 the plain
+    loop) experts_up's k-blocks loaded that many steps ahead of their mmas in registers
+    (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XPDD the same for experts_down (0: its K is 3 k-blocks at a TP-8
     rank, and the unrolled ring of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an
     option, 0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
     program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
@@ -318,7 +318,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     (1 on the mma path; 0 an option): the compiled launch's shared-memory carveout is
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma the tensor-core dense
-    phases step BK 256 at every row count (default_tiles says what was measured). BKN: latent_up's RMSNorm chunk (unset: norm_chunk's).
+    phases step BK 256 at every row count (default_tiles says what was measured). BKN:
+    latent_up's RMSNorm chunk (unset: norm_chunk's).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -425,14 +426,15 @@ def sdu_fits(b: dict, *, rows: int, top_k: int, experts: int, inter: int, grid: 
 
 
 def ksx_choice(num_warps: int, *, rows: int, top_k: int, experts: int, inter: int, grid: int) -> int:
-    """KSX -1 (the default at 1 and 4 rows, an option elsewhere): the K split that best fills experts_up's
-    waves. The most gate/up items a step can have, n = min(rows x top-k, E) x I / (16 x
+    """KSX -1 (the default at 1 and 4 rows, an option elsewhere): the K split that best
+    fills experts_up's waves. The most gate/up items a step can have, n = min(rows x top-k, E) x I / (16 x
     warps), take ceil(n k / grid) waves of items 1/k as long with a split of k; a split is
     taken where that is at most 0.8 of the unsplit phase (it has costs of its own: the
     groups' sum through shared memory, k times the items). At a TP-8 rank: 2 at 1 and 4
     rows, 4 at 2, none at 8: the fastest split each row count measured (tenth session's
     sweep, and the fourteenth session's KSX 2 row: -4.1 / -11.0 us at 1 / 4 rows, +8.9 at
-    8)."""
+    8). The nineteenth session's: -4.9 / -4.3 us at 1 / 4 rows, but +1.6 at 2 (the 4-way
+    split turns SDU off there), so default_tiles takes it at 1 and 4 rows only."""
     n = most_up_items(rows, top_k=top_k, experts=experts, inter=inter, bi=16 * num_warps)
     if n == 0:
         return 1

@@ -203,7 +203,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", (1, 8))
 def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
-    """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
+    """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as
+    the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
     rank shapes, MXFP4, the one-program seam; at 1 row with the SDU choice, at 8 without)."""
     import torch
     from k2_cases import case_dims, run_case
