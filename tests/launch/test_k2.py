@@ -51,6 +51,10 @@ CPU_CASES = [
     Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=18, tiles="SDU=1"),
     Case("k3-tiny", 3, "bf16", "gfx950", nvb=2, tp=2, seed=19, tiles="SDU=1"),
     Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=20, tiles="SDU=2"),
+    # experts_down's items one run a program (XDB, off by default), with and without the
+    # shared down among them
+    Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=2, seed=21, tiles="XDB=1"),
+    Case("k3-tiny", 1, "bf16", "sm_90", nvb=1, seed=22, tiles="XDB=1,SDU=2"),
 ]
 
 
@@ -168,7 +172,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
-    experts_up (SDU), the fitted carveout (CARVE) and the rings change no arithmetic, so
+    experts_up (SDU), experts_down's items one run a program (XDB), the fitted carveout
+    (CARVE) and the rings change no arithmetic, so
     their output is bitwise the plain one's;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
@@ -186,6 +191,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
                            ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
                            ("SDU=1,SEAM_SPLIT=0", True), ("SDU=2,SEAM_SPLIT=0", True),
+                           ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):

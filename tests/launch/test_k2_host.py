@@ -368,6 +368,16 @@ def test_shared_down_rides_in_experts_up_where_the_routed_items_leave_programs_i
     assert host.sdu_fits(tiles, rows=rows, top_k=16, experts=896, inter=inter, grid=132) == bool(sdu)
 
 
+def test_experts_down_item_order_is_one_of_two():
+    """XDB deals experts_down's items round the grid (0, the default) or one run a program
+    (1); anything else is refused before a launch, never compiled."""
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert host.fit_tiles(dict(t, XDB=1), **fit)["XDB"] == 1
+    with pytest.raises(ValueError, match="XDB=2"):
+        host.fit_tiles(dict(t, XDB=2), **fit)
+
+
 def test_the_default_k_split_is_resolved_before_the_tiles_are_fitted():
     """KSX -1 (the default at 1 and 4 rows) is resolve_ksx's to turn into ksx_choice's split
     (launch_args does, before fitting); fit_tiles fits it unsplit and leaves it -1, and

@@ -16,6 +16,8 @@
 #   bash tools/device/bench.sh k1-carve-warm; bash tools/device/bench.sh k1-carve  # K1's fitted carveout, A/B
 #   bash tools/device/bench.sh sdu       # the shared down on idle programs (SDU 2), the K split's choice, BK 256
 #                                        # from 5 rows; every K2 GPU test beside it (~9 min)
+#   bash tools/device/bench.sh xdb       # experts_down's items one run a program (XDB), the K split at 3 and 5
+#                                        # rows; every K2 GPU test beside it (~9 min; never run yet)
 #   bash tools/device/bench.sh ncu-mem   # L1 / L2 hit rates and DRAM bytes of K2's MXFP4 launch and expert
 #                                        # phases under Nsight Compute (~4 min; never run yet)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
@@ -145,6 +147,18 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-sdu 100 mxfp4 1,2,4 "" SDU=1 KSX=-1
     K2_EXTRA=--trace k2_sweep k2-bk 100 mxfp4 5,6,8 "" BK=128,XRSD=2
     cat "$OUT/k2-one-gpu.out" ;;
+  xdb)  # for the twentieth session: experts_down's items one run a program (XDB 1: a program's items
+        # share an expert's x rows) against round the grid, and the K split (KSX -1) at 3 and 5 rows,
+        # where it was not timed; every K2 GPU test beside the warm steps (the options test now has
+        # XDB's two cases), the timing after them (~9 min)
+    k2_gpu_tests 520 &
+    p1=$!
+    w2="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 3,5 --formats mxfp4 --trace --warm-only --block"
+    ( warm "$OUT/k2-ksx-prewarm.log" "$w2 ''" "$w2 KSX=-1" ) &
+    p2=$!
+    K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-xdb 100 mxfp4 1,2,4,8 "" XDB=1
+    K2_EXTRA=--trace k2_sweep k2-ksx 100 mxfp4 3,5 "" KSX=-1
+    cat "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -160,5 +174,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -259,9 +259,9 @@ def k2_kernel(
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
-    SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
-    SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, XRS: tl.constexpr = 0, XRSD: tl.constexpr = 0,
-    BKN: tl.constexpr = 128,
+    XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
+    SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, XRS: tl.constexpr = 0,
+    XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -532,7 +532,15 @@ def k2_kernel(
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
-        for item in range(pid, n_routed + (0 if SDU else H // BN), nprog):
+        n_down = n_routed + (0 if SDU else H // BN)
+        # XDB: a program's items one run of consecutive ones (an expert's L tiles are 14
+        # consecutive items at a TP-8 rank, all over the same x rows), not every nprog-th
+        # (each of them another expert's x, from L2); the same items, so the same bits
+        if XDB:
+            d_first, d_stop, d_step = pid * n_down // nprog, (pid + 1) * n_down // nprog, 1
+        else:
+            d_first, d_stop, d_step = pid, n_down, nprog
+        for item in range(d_first, d_stop, d_step):
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
@@ -543,9 +551,9 @@ def k2_kernel(
                     if XL2 > 0:
                         _l2_expert_rows(w2_ptr + e64 * s2_e, s2_n, l0, 0, BL, I // 2, NT)
                     if XL2 > 1:
-                        if item + nprog < n_routed:
-                            _l2_expert_rows(w2_ptr + nth_expert(ids, first, number, (item + nprog) // (L // BL))
-                                            .to(tl.int64) * s2_e, s2_n, ((item + nprog) % (L // BL)) * BL, 0, BL,
+                        if (item + d_step < n_routed) & (item + d_step < d_stop):
+                            _l2_expert_rows(w2_ptr + nth_expert(ids, first, number, (item + d_step) // (L // BL))
+                                            .to(tl.int64) * s2_e, s2_n, ((item + d_step) % (L // BL)) * BL, 0, BL,
                                             I // 2, NT)
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
