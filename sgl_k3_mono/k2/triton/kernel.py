@@ -442,12 +442,21 @@ def k2_kernel(
             _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         n_up = n_e * (I // BI)
-        # SDU: the shared experts' down tiles ride here, on programs the routed items leave
-        # idle (48 items for 132 programs at M 1). SDU 1: they follow the routed items round
-        # the grid, so once they outnumber the idle programs a program that ran a routed item
-        # (a chain of 28 k-blocks at a TP-8 rank) runs tiles after it. SDU 2: they are dealt
-        # over the idle programs only, and round the whole grid only where none is idle
-        for item in range(pid, n_up + (H // BN if SDU == 1 else 0), nprog):
+        # SDU: the shared experts' down tiles ride here (item n_up + t is tile t), on programs
+        # the routed items leave idle (48 items for 132 programs at M 1). SDU 1: they follow
+        # the routed items round the grid, so once they outnumber the idle programs a program
+        # that ran a routed item (a chain of 28 k-blocks at a TP-8 rank) runs tiles after it.
+        # SDU 2: they are dealt over the idle programs only (a routed program stops at n_up,
+        # an idle one steps by the idle count), and round the whole grid only where none is
+        # idle. One loop either way: a second copy of the tile's code cost the TP-8 build at
+        # 2 rows its registers (128 and an 80-byte stack, against 255 and none; CPU compile)
+        up_stop = n_up + (H // BN if SDU else 0)
+        up_step = nprog
+        if SDU == 2:
+            spare = n_up < nprog
+            up_stop = tl.where(spare & (pid < n_up), n_up, up_stop)
+            up_step = tl.where(spare & (pid >= n_up), nprog - n_up, nprog)
+        for item in range(pid, up_stop, up_step):
             if item < n_up:
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
@@ -513,13 +522,6 @@ def k2_kernel(
                     tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
             else:
                 _shared_down_tile(item - n_up, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
-                                  BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
-        if SDU == 2:
-            wrap = n_up >= nprog  # (sdu_fits rules it out: SDU is chosen for steps that leave idle programs)
-            sd_first = tl.where(wrap, (pid + nprog - n_up % nprog) % nprog, tl.where(pid < n_up, H // BN, pid - n_up))
-            sd_step = tl.where(wrap, nprog, nprog - n_up)
-            for tile in range(sd_first, H // BN, sd_step):
-                _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
