@@ -147,7 +147,7 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-sdu 100 mxfp4 1,2,4 "" SDU=1 KSX=-1
     K2_EXTRA=--trace k2_sweep k2-bk 100 mxfp4 5,6,8 "" BK=128,XRSD=2
     cat "$OUT/k2-one-gpu.out" ;;
-  xdb)  # for the twentieth session: experts_down's items one run a program (XDB 1: a program's items
+  xdb)  # (ran in the twentieth session: k2-sm90.md) experts_down's items one run a program (XDB 1: a program's items
         # share an expert's x rows) against round the grid, and the K split (KSX -1) at 3 and 5 rows,
         # where it was not timed; every K2 GPU test beside the warm steps (the options test now has
         # XDB's two cases), the timing after them (~9 min)
