@@ -45,8 +45,8 @@ def _prmt(a, b, sel):
 
 
 def _mma_bf16(regs, d, a, b, c):
-    """m16n8k16 row.col bf16 -> f32 across the 32 lanes (PTX ISA fragment layouts); the
-    accumulators in float64 (registers keep f32 bits)."""
+    """m16n8k16 row.col bf16 -> f32 across the 32 lanes (PTX ISA fragment layouts): the
+    products summed in float64, the result rounded once to the f32 register."""
     lane = np.arange(32)
     g, q = lane // 4, lane % 4
     A, B = np.zeros((16, 16)), np.zeros((16, 8))
@@ -60,12 +60,7 @@ def _mma_bf16(regs, d, a, b, c):
         v = regs[reg]
         B[2 * q + 8 * i, g] = bf16_value(v & 0xFFFF)
         B[2 * q + 8 * i + 1, g] = bf16_value(v >> 16)
-    _mma_out(regs, d, c, A @ B)
-
-
-def _mma_out(regs, d, c, D):
-    lane = np.arange(32)
-    g, q = lane // 4, lane % 4
+    D = A @ B
     acc = [f32_value(regs[r]) for r in c]
     for i, reg in enumerate(d):
         regs[reg] = f32_bits(acc[i] + D[g + 8 * (i // 2), 2 * q + i % 2])
@@ -94,8 +89,6 @@ def run_ptx(asm: str, args: list) -> dict:
         x = [imm(s) for s in ops[1:]]
         if op == "and.b32":
             out = x[0] & x[1]
-        elif op == "or.b32":
-            out = x[0] | x[1]
         elif op == "mul.lo.u32":
             out = (x[0] * x[1]) & M32
         elif op == "shl.b32":

@@ -21,7 +21,8 @@ def main(path: str, top: int = 45) -> None:
     print(f"SASSHOT {path}: {len(body)} instructions, {total:.0f} stall samples; columns: {head}")
     kinds = Counter()
     for r in body:
-        kinds[r[src].split()[0] if r[src].split() else "?"] += num(r[samp])
+        words = [w for w in r[src].split() if not w.startswith("@")]  # the opcode, past a predicate
+        kinds[words[0] if words else "?"] += num(r[samp])
     print("SASSHOT by kind: " + ", ".join(f"{k} {v / total:.1%}" for k, v in kinds.most_common(14)))
     for r in sorted(body, key=lambda r: -num(r[samp]))[:top]:
         extra = {head[i][6:]: r[i] for i in range(len(head))
