@@ -227,6 +227,13 @@ class K2Peers:
         return cls._over(plan, handle.rank, bufs, list(handle.buffer_ptrs))
 
 
+def expert_table_words(top_k: int) -> int:
+    """write_expert_table's int32 words at the widest row tile (ROW_PAD rows): the count, P
+    expert ids, P pair numbers, then P x ROW_PAD slots (P = ROW_PAD x top_k padded)."""
+    p = ROW_PAD * _next_pow2(top_k)
+    return 1 + 2 * p + p * ROW_PAD
+
+
 @dataclass
 class K2Scratch:
     """Per-plan buffers; every layer's launch reuses them."""
@@ -258,6 +265,9 @@ class K2Scratch:
     narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
+    expert_table: torch.Tensor
+    """int32 [expert_table_words]: the step's distinct experts and, per expert and row, the
+    slot naming it (XET; triton/routing.write_expert_table), rewritten every launch."""
     sync: torch.Tensor
 
     @classmethod
@@ -277,6 +287,7 @@ class K2Scratch:
             seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
             seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
+            expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
         )
 
@@ -319,7 +330,13 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma the tensor-core dense
     phases step BK 256 at every row count (default_tiles says what was measured). BKN:
-    latent_up's RMSNorm chunk (unset: norm_chunk's). XDB (an option, 0 off; not yet timed):
+    latent_up's RMSNorm chunk (unset: norm_chunk's). XL2B / XL2BD (0 none; 128 or 256):
+    experts_up's / experts_down's mma_fp4 weight and scale loads (or ring copies) carry
+    that prefetch-size hint, so a load that misses L2 brings the aligned segment around it
+    in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
+    (0 / 1; mma_fp4 only): experts_down reads each item's expert and its rows' slots from a
+    table experts_up's last program writes (routing.write_expert_table), instead of a
+    CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits). XDB (an option, 0 off; not yet timed):
     experts_down's items dealt to each program as one run of consecutive items (an expert's
     L tiles, over the same x rows) instead of every nprog-th (the same items, so the same
     bits).
@@ -506,6 +523,11 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
+    for key in ("XL2B", "XL2BD"):  # the expert loads' prefetch-size hint: mma_fp4.L2_PREFETCH_SIZES
+        if b.get(key, 0) not in (0, 128, 256):
+            raise ValueError(f"K2 tiles: {key}={b[key]}; the L2 prefetch-size hint is 0 (none), 128 or 256 bytes")
+    if b.get("XET", 0) not in (0, 1):  # experts_down's expert and slots: from the step's table, or found
+        raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1) or not (0)")
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")
@@ -703,6 +725,7 @@ class K2Launch:
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
+            s.expert_table,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync, 0,
@@ -724,6 +747,8 @@ class K2Launch:
             XRS=b.get("XRS", 0) if b["MMA"] else 0, XRSD=b.get("XRSD", 0) if b["MMA"] else 0,
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0, XDB=int(b.get("XDB", 0)),
+            XL2B=b.get("XL2B", 0) if b["MMA"] else 0, XL2BD=b.get("XL2BD", 0) if b["MMA"] else 0,
+            XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)),
         )

@@ -110,7 +110,10 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # the experts' weights and scales streamed through a cp.async ring in shared
              # memory (XRS / XRSD: 2 / 2 at 2 rows, 0 / 2 from 3), with the K split too
              Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=51, tiles="XRS=3,XRSD=2"),
-             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2")]
+             Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2"),
+             # experts_down's expert and slots from the step's expert table, and the expert
+             # loads' L2 prefetch-size hint (XET, XL2B / XL2BD; options)
+             Case("k3-small", 5, "mxfp4", "sm_90", nvb=2, seed=54, tiles="XET=1,XL2B=256,XL2BD=128")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
@@ -119,7 +122,8 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=35, tiles="XL2=2"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=38, tiles="XRS=4,XRSD=4,KSX=2"),
-              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=39, tiles="XRS=3,XRSD=3")]
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=39, tiles="XRS=3,XRSD=3"),
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=1,XL2B=256,XL2BD=256")]
 
 
 def _report(case, res):
@@ -173,8 +177,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
     experts_up (SDU), experts_down's items one run a program (XDB), the fitted carveout
-    (CARVE) and the rings change no arithmetic, so
-    their output is bitwise the plain one's;
+    (CARVE), the rings, the expert table (XET) and the L2 prefetch-size hints (XL2B /
+    XL2BD) change no arithmetic, so their output is bitwise the plain one's;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
@@ -188,22 +192,28 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
+    failed = []
     for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
                            ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
                            ("SDU=1,SEAM_SPLIT=0", True), ("SDU=2,SEAM_SPLIT=0", True),
                            ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
+                           ("XET=1,SEAM_SPLIT=0", True), ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True),
+                           ("XL2B=128,XL2BD=128,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2OPT {tiles}: against the default launch max_abs={diff.max().item():.4g} "
               f"differing={int((diff > 0).sum())}/{diff.numel()} routing_equal={got['routing_equal']}")
-        assert got["mma"] and got["finite"], tiles
-        if bitwise:
-            assert torch.equal(got["out"], ref["out"]), tiles
-        else:  # a few bf16 steps of the row's scale at most (a lost or doubled partial is far more)
-            assert bool((diff.amax(1) <= ref["out"].abs().amax(1) * 2.0 ** -6).all()), tiles
+        if not (got["mma"] and got["finite"]):
+            failed.append(f"{tiles}: mma={got['mma']} finite={got['finite']}")
+        elif bitwise and not torch.equal(got["out"], ref["out"]):
+            failed.append(f"{tiles}: not bitwise")
+        elif not bool((diff.amax(1) <= ref["out"].abs().amax(1) * 2.0 ** -6).all()):
+            # a few bf16 steps of the row's scale at most (a lost or doubled partial is far more)
+            failed.append(f"{tiles}: past a few bf16 steps of the row's scale")
+    assert not failed, failed  # every row runs and prints before the test fails
 
 
 @pytest.mark.gpu

@@ -37,7 +37,8 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
-from sgl_k3_mono.k2.triton.routing import distinct_experts, nth_expert, route_row, user_count, user_rows
+from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_row, table_expert, table_slot,
+                                           user_count, user_rows, write_expert_table)
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
@@ -197,17 +198,23 @@ def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.co
 
 
 @triton.jit
-def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.constexpr, TOPK: tl.constexpr):
+def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.constexpr, TOPK: tl.constexpr,
+                tab_ptr, n, P: tl.constexpr, XR: tl.constexpr, XET: tl.constexpr):
     """experts_down's mma tiles (mma_fp4's eight accumulators) into y at the (row, slot)
-    of each x row that names expert e."""
+    of each x row that names expert e (the n-th distinct one; XET: read from the step's
+    expert table, else found among the row's slots)."""
     for j in tl.static_range(2):  # x rows 2c, 2c + 1: the (row, slot) that names e
         tok = 2 * qc + j
-        slot = tl.zeros(qc.shape, tl.int32)
-        has = tok < 0
-        for k in tl.static_range(TOPK):
-            hit = tl.load(ids_ptr + tok * TOPK + k, mask=tok < M, other=-1) == e
-            slot = tl.where(hit, k, slot)
-            has = has | hit
+        if XET:
+            slot = table_slot(tab_ptr, n, tok, P, XR)
+            has = (slot >= 0) & (tok < M)
+        else:
+            slot = tl.zeros(qc.shape, tl.int32)
+            has = tok < 0
+            for k in tl.static_range(TOPK):
+                hit = tl.load(ids_ptr + tok * TOPK + k, mask=tok < M, other=-1) == e
+                slot = tl.where(hit, k, slot)
+                has = has | hit
         yrow = y_ptr + (tok * TOPK + slot) * L
         for half in tl.static_range(2):
             for h in tl.static_range(2):
@@ -237,7 +244,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, etab_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -261,7 +268,8 @@ def k2_kernel(
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, XRS: tl.constexpr = 0,
-    XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128,
+    XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
+    XET: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -472,7 +480,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),
@@ -523,6 +531,9 @@ def k2_kernel(
             else:
                 _shared_down_tile(item - n_up, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
+        if XET:  # the last program, which the items reach last (fewest of them), after its own
+            if pid == nprog - 1:
+                write_expert_table(etab_ptr, ids, keep, first, number, n_e, owner_ptr, TOPK, BM, KB, XR)
         if PERSISTENT:
             grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
 
@@ -530,7 +541,10 @@ def k2_kernel(
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
             _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
+        if XET:  # phase 4's expert table (mma_fp4 only: host.fit_tiles)
+            n_e = tl.load(etab_ptr)
+        else:
+            ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
@@ -546,7 +560,10 @@ def k2_kernel(
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
-                e = nth_expert(ids, first, number, n)
+                if XET:
+                    e = table_expert(etab_ptr, n, BM * KB)
+                else:
+                    e = nth_expert(ids, first, number, n)
                 e64 = e.to(tl.int64)
                 rl = l0 + tl.arange(0, BL)
                 if MMA:  # BL = 32 x warps: two 16-row tiles a warp, BL / 2 apart
@@ -560,8 +577,8 @@ def k2_kernel(
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                           sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD,
-                                          XRSD, ring_off)
-                    _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK)
+                                          XRSD, ring_off, XL2BD)
+                    _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK, etab_ptr, n, BM * KB, XR, XET)
                 elif XU > 0:  # only the rows that route e, XU at a time
                     for u0 in range(0, user_count(ids, keep, e), XU):
                         urow, uok = user_rows(ids, keep, e, u0, XU, BM)

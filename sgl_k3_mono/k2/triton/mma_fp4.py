@@ -67,23 +67,37 @@ _WORD_MMA = tl.constexpr("{\n.reg .b32 t, a, b, p0, p1, p2, p3, q0, q1, q2, q3;\
 # reads the slot long before the refill's global bytes can land there.
 _RING_BASE = tl.constexpr("mov.u32 $0, global_smem;")
 _LD16 = tl.constexpr("ld.global.v4.u32 {$0, $1, $2, $3}, [$4];")
-_RING_ISSUE = tl.constexpr("""{
+# The weight and scale loads with a prefetch-size hint (L2B): a load that misses L2 has it
+# fetch the whole aligned 128- or 256-byte segment around its bytes from HBM, so the next one
+# or three k-blocks of the same row (64 bytes each) find theirs in L2. No instruction added,
+# and the same bytes land in the same registers.
+_LD16_128 = tl.constexpr("ld.global.L2::128B.v4.u32 {$0, $1, $2, $3}, [$4];")
+_LD16_256 = tl.constexpr("ld.global.L2::256B.v4.u32 {$0, $1, $2, $3}, [$4];")
+_LD4_128 = tl.constexpr("ld.global.L2::128B.u32 $0, [$1];")
+_LD4_256 = tl.constexpr("ld.global.L2::256B.u32 $0, [$1];")
+L2_PREFETCH_SIZES = (0, 128, 256)
+"""The prefetch-size hints mxfp4_mma_tiles' L2B takes (0: none)."""
+_RING_ISSUE = """{{
 .reg .u32 d, e, n;
 shr.u32 n, $13, 2;
-cp.async.cg.shared.global [$1], [$5], 16, $13;
-cp.async.ca.shared.global [$2], [$9], 4, n;
+cp.async.cg.shared.global{pf} [$1], [$5], 16, $13;
+cp.async.ca.shared.global{pf} [$2], [$9], 4, n;
 add.u32 d, $1, $3; add.u32 e, $2, $4;
-cp.async.cg.shared.global [d], [$6], 16, $13;
-cp.async.ca.shared.global [e], [$10], 4, n;
+cp.async.cg.shared.global{pf} [d], [$6], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$10], 4, n;
 add.u32 d, d, $3; add.u32 e, e, $4;
-cp.async.cg.shared.global [d], [$7], 16, $13;
-cp.async.ca.shared.global [e], [$11], 4, n;
+cp.async.cg.shared.global{pf} [d], [$7], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$11], 4, n;
 add.u32 d, d, $3; add.u32 e, e, $4;
-cp.async.cg.shared.global [d], [$8], 16, $13;
-cp.async.ca.shared.global [e], [$12], 4, n;
+cp.async.cg.shared.global{pf} [d], [$8], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$12], 4, n;
 cp.async.commit_group;
 mov.u32 $0, 0;
-}""")
+}}"""
+_RING_ISSUE0 = tl.constexpr(_RING_ISSUE.format(pf=""))
+_RING_ISSUE128 = tl.constexpr(_RING_ISSUE.format(pf=".L2::128B"))
+_RING_ISSUE256 = tl.constexpr(_RING_ISSUE.format(pf=".L2::256B"))
+_RING_ISSUE_IO = tl.constexpr("=r,r,r,r,r,l,l,l,l,l,l,l,l,r")
 # wait until this k-block's group has landed (the RS - 1 newer ones may still fly), then
 # read its 16 weight words and 4 scale words back ($20 / $21: slots, $22 / $23: strides)
 _RING_READ = """{{
@@ -136,12 +150,17 @@ def _word_both_tiles(x0, x1, x2, x3, wa0, wb0, wa1, wb1, sa0, sb0, sa1, sb1, c0,
 
 
 @triton.jit
-def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes):
+def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes, L2B: tl.constexpr = 0):
     """cp.async one k-block of the four weight rows (p0..p3, 16 bytes each) and their scale
-    words (q0..q3) into this thread's slots of a ring stage, as one commit group."""
-    return tl.inline_asm_elementwise(_RING_ISSUE, "=r,r,r,r,r,l,l,l,l,l,l,l,l,r",
-                                     [wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes],
-                                     dtype=tl.int32, is_pure=False, pack=1)
+    words (q0..q3) into this thread's slots of a ring stage, as one commit group (L2B: the
+    copies' prefetch-size hint)."""
+    args = [wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes]
+    if L2B == 256:
+        return tl.inline_asm_elementwise(_RING_ISSUE256, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False, pack=1)
+    elif L2B == 128:
+        return tl.inline_asm_elementwise(_RING_ISSUE128, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        return tl.inline_asm_elementwise(_RING_ISSUE0, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False, pack=1)
 
 
 @triton.jit
@@ -178,15 +197,31 @@ def _xwords(xq, kb):
 
 
 @triton.jit
-def _words(ptr):
+def _words(ptr, L2B: tl.constexpr = 0):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
-    nothing."""
+    nothing; with a prefetch-size hint (L2B) the same vector load in PTX."""
+    if L2B == 256:
+        return tl.inline_asm_elementwise(_LD16_256, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
+                                         pack=1)
+    if L2B == 128:
+        return tl.inline_asm_elementwise(_LD16_128, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
+                                         pack=1)
     v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
     w1, w3 = tl.split(b)
     return w0, w1, w2, w3
+
+
+@triton.jit
+def _word(ptr, L2B: tl.constexpr = 0):
+    """The int32 at each thread's pointer (a k-block's scale word), L2B as in _words."""
+    if L2B == 256:
+        return tl.inline_asm_elementwise(_LD4_256, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
+    if L2B == 128:
+        return tl.inline_asm_elementwise(_LD4_128, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
+    return tl.load(ptr)
 
 
 @triton.jit
@@ -198,15 +233,15 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _scales(ptr, c):
+def _scales(ptr, c, L2B: tl.constexpr = 0):
     """_scale_of the scale word at ptr."""
-    return _scale_of(tl.load(ptr), c)
+    return _scale_of(_word(ptr, L2B), c)
 
 
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0):
+                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -226,7 +261,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
     own). PD and KU are then unused. The register loops lean on L1 for x (every warp of
     the program reads it): the launch's carveout must leave L1 its room
-    (runtime/triton_smem.fit_carveout; seventeenth session)."""
+    (runtime/triton_smem.fit_carveout; seventeenth session). L2B (L2_PREFETCH_SIZES): the
+    weight and scale loads (or the ring's copies) ask L2 for the aligned 128 or 256 bytes
+    around them (0: no hint); the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -262,7 +299,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         for s in tl.static_range(RS - 1):
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
-                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0))
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0), L2B)
         xw = _xwords(xq, 0)
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
@@ -270,7 +307,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(nx, nkb - 1)
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
-                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0))
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B)
             xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
@@ -290,53 +327,56 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, RAW=True)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), RAW=True)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, True, L2B)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), True, L2B)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), RAW=True)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), RAW=True)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, L2B=L2B),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, L2B: tl.constexpr = 0):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
-    scale words as loaded, for _kblock_mma to decode)."""
+    scale words as loaded, for _kblock_mma to decode; L2B: the weights' and scales'
+    prefetch-size hint)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
     x8, x9, x10, x11 = _words(xk + 8)
     x12, x13, x14, x15 = _words(xk + 12)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16, L2B)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16, L2B)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16, L2B)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16, L2B)
     if RAW:
-        s0, s1, s2, s3 = tl.load(sa0 + kb), tl.load(sb0 + kb), tl.load(sa1 + kb), tl.load(sb1 + kb)
+        s0, s1 = _word(sa0 + kb, L2B), _word(sb0 + kb, L2B)
+        s2, s3 = _word(sa1 + kb, L2B), _word(sb1 + kb, L2B)
     else:
-        s0, s1, s2, s3 = _scales(sa0 + kb, c), _scales(sb0 + kb, c), _scales(sa1 + kb, c), _scales(sb1 + kb, c)
+        s0, s1 = _scales(sa0 + kb, c, L2B), _scales(sb0 + kb, c, L2B)
+        s2, s3 = _scales(sa1 + kb, c, L2B), _scales(sb1 + kb, c, L2B)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 

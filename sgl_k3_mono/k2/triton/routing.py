@@ -68,3 +68,38 @@ def user_rows(ids, keep, e, u0, XU: tl.constexpr, BM: tl.constexpr):
 def nth_expert(ids, first, number, n):
     """The expert the n-th owning pair names."""
     return tl.sum(tl.sum(tl.where(first & (number == n), ids, 0), axis=1), axis=0)
+
+
+@triton.jit
+def write_expert_table(tab_ptr, ids, keep, first, number, n_e, owner_ptr, TOPK: tl.constexpr, BM: tl.constexpr,
+                       KB: tl.constexpr, XR: tl.constexpr):
+    """One program writes the step's expert table (int32) from distinct_experts' tiles:
+    [0] the distinct experts' count n_e, [1, 1 + P) the n-th one's id, [1 + P, 1 + 2P) each
+    owning pair's n (by pair index row * TOPK + slot; scratch), then [1 + 2P, ...) for each
+    n and x row the slot that names expert n in that row, or -1 (P = BM x KB). experts_down
+    then reads an item's expert and its rows' slots with a few loads: no CTA-wide sum an
+    item (nth_expert) and no scan of every slot of its rows."""
+    P: tl.constexpr = BM * KB
+    rm = tl.arange(0, BM)
+    kc = tl.arange(0, KB)
+    slots = tab_ptr + 1 + 2 * P
+    tl.store(tab_ptr, n_e)
+    tl.store(tab_ptr + 1 + number, ids, mask=first)
+    tl.store(tab_ptr + 1 + P + rm[:, None] * TOPK + kc[None, :], number, mask=first)
+    q = tl.arange(0, P * XR)
+    tl.store(slots + q, -1, mask=q < n_e * XR)
+    tl.debug_barrier()  # the owners' numbers and the -1s are in before the slots land (one CTA)
+    n = tl.load(tab_ptr + 1 + P + tl.load(owner_ptr + ids, mask=keep, other=0), mask=keep, other=0)
+    tl.store(slots + n * XR + rm[:, None], tl.broadcast_to(kc[None, :], (BM, KB)), mask=keep)
+
+
+@triton.jit
+def table_expert(tab_ptr, n, P: tl.constexpr):
+    """The n-th distinct expert, from write_expert_table's table."""
+    return tl.load(tab_ptr + 1 + n)
+
+
+@triton.jit
+def table_slot(tab_ptr, n, tok, P: tl.constexpr, XR: tl.constexpr):
+    """The slot of x row `tok` ([NT]) that names the n-th distinct expert, or -1."""
+    return tl.load(tab_ptr + 1 + 2 * P + n * XR + tok)
