@@ -336,7 +336,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
     (0 / 1; mma_fp4 only): experts_down reads each item's expert and its rows' slots from a
     table experts_up's last program writes (routing.write_expert_table), instead of a
-    CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits). XDB (an option, 0 off; not yet timed):
+    CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits);
+    2: and loads the program's next item's expert while this one runs. XDB (an option, 0 off; not yet timed):
     experts_down's items dealt to each program as one run of consecutive items (an expert's
     L tiles, over the same x rows) instead of every nprog-th (the same items, so the same
     bits).
@@ -353,7 +354,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     if mma:
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1,
                  KSX=-1 if rows in (1, 4) else 1,
-                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1)
+                 BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1,
+                 XET=1, XL2B=256, XL2BD=256)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -422,7 +424,13 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     against 132.7 / 171.6; at 2 rows its 4-way split took 129.9 against 128.3 (and turned
     SDU off), and at 3 and 5-8 rows it was not timed, so there it stays off. Its steps' KL
     stayed as far inside the bound as the unsplit ones' over three seeds (a second call),
-    where the tenth session's one run had left it once."""
+    where the tenth session's one run had left it once.
+
+    Twenty-second session (one call, traced): experts_down reads each item's expert and
+    its rows' slots from the step's expert table (XET 1): experts_down 59.6 us at 8 rows
+    against 70.5, the launch 128.4 / 121.6 / 156.8 / 216.5 us against 127.7 / 127.2 /
+    160.5 / 226.6; with the expert loads' 256-byte L2 prefetch-size hint in both phases
+    too (XL2B / XL2BD 256): 126.5 / 121.0 / 152.8 / 210.0."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -526,8 +534,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XL2B", "XL2BD"):  # the expert loads' prefetch-size hint: mma_fp4.L2_PREFETCH_SIZES
         if b.get(key, 0) not in (0, 128, 256):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the L2 prefetch-size hint is 0 (none), 128 or 256 bytes")
-    if b.get("XET", 0) not in (0, 1):  # experts_down's expert and slots: from the step's table, or found
-        raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1) or not (0)")
+    if b.get("XET", 0) not in (0, 1, 2):  # experts_down's expert and slots: from the step's table, or found
+        raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1; 2: the next item's "
+                         "expert a step ahead) or not (0)")
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")

@@ -123,7 +123,7 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=38, tiles="XRS=4,XRSD=4,KSX=2"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=39, tiles="XRS=3,XRSD=3"),
-              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=1,XL2B=256,XL2BD=256")]
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=2,XL2B=256,XL2BD=256")]
 
 
 def _report(case, res):
@@ -182,13 +182,13 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
-    the default launch (XPD 1 in experts_up, the split seam)."""
+    the default launch (XPD 1 in experts_up, the split seam, XET 1, XL2B / XL2BD 256)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36, tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0")
+    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36, tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0,XET=0,XL2B=0,XL2BD=0")
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
@@ -199,7 +199,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
-                           ("XET=1,SEAM_SPLIT=0", True), ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True),
+                           ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True), ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True),
                            ("XL2B=128,XL2BD=128,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
