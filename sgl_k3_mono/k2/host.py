@@ -355,7 +355,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1,
                  KSX=-1 if rows in (1, 4) else 1,
                  BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1,
-                 XET=1, XL2B=256, XL2BD=256)
+                 XET=2, XL2B=256, XL2BD=256)
+        if rows >= 4:  # experts_down's k-blocks (3 at a TP-8 rank) loaded in one step
+            t.update(KUD=3)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
@@ -430,7 +432,12 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     its rows' slots from the step's expert table (XET 1): experts_down 59.6 us at 8 rows
     against 70.5, the launch 128.4 / 121.6 / 156.8 / 216.5 us against 127.7 / 127.2 /
     160.5 / 226.6; with the expert loads' 256-byte L2 prefetch-size hint in both phases
-    too (XL2B / XL2BD 256): 126.5 / 121.0 / 152.8 / 210.0."""
+    too (XL2B / XL2BD 256): 126.5 / 121.0 / 152.8 / 210.0. A second call, against that
+    default (125.8 / 122.8 / 154.6 / 211.8): the program's next item's expert loaded a step
+    ahead (XET 2) 124.0 / 121.5 / 154.0 / 209.4, and from 4 rows experts_down's three
+    k-blocks loaded in one step (KUD 3: 153.0 / 206.0 at 4 / 8 rows; experts_down 52.6 us
+    against 59.1 at 8; at 1 row 130.0, so not there; 5-7 rows not timed). Both are the
+    same arithmetic in the same order, so the same bits."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -548,6 +555,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BI"] = 16 * b["num_warps"] // b.get("KSX", 1)
         while b["KUX"] > 1 and latent % (128 * b["KUX"] * b.get("KSX", 1)):
             b["KUX"] //= 2
+        while b["KUD"] > 1 and inter % (128 * b["KUD"]):  # (KUD 3: a TP-8 rank's I, 3 k-blocks, in one step)
+            b["KUD"] -= 1
         if b.get("KSX", 1) == 1 or mma_fits(b, latent=latent, inter=inter):
             break
         b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path

@@ -253,10 +253,11 @@ def test_expert_register_prefetch_steps_one_k_block():
     for m in (1, 2, 8):
         d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
                            latent=3584, inter=384, mma=True)
-        assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 1, -1 if m == 1 else 1), d
+        assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 3 if m >= 4 else 1,
+                                                                       -1 if m == 1 else 1), d
     t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
     f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 1, 4, 2), f
+    assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 3, 4, 2), f
     for key in ("XPD", "XPDD"):
         with pytest.raises(ValueError, match=f"{key}=3"):
             host.fit_tiles(dict(t, **{key: 3}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
@@ -279,11 +280,18 @@ def test_the_shared_memory_ring_takes_two_to_four_stages():
 def test_expert_down_prefetch_is_its_own_option():
     """XPDD (experts_down's register prefetch) is off by default: at a TP-8 rank that
     phase walks 3 k-blocks, where the ring of XPD 1 would issue 6 loads and 4 mmas. On,
-    it steps one k-block at a time like XPD; off, the down phase keeps its own KU step."""
+    it steps one k-block at a time like XPD; off, the down phase keeps its own KU step:
+    from 4 rows all 3 k-blocks in one (KUD 3). A step that does not divide I's k-blocks
+    is cut to one that does, keeping mma_fp4 (KUD 2 over 3 k-blocks: 1; it had turned
+    the mma path off)."""
     d = host.default_tiles(8, mxfp4=True, mma=True)
-    assert (d["XPD"], d["XPDD"]) == (1, 0), d
+    assert (d["XPD"], d["XPDD"], d["KUD"]) == (1, 0, 3), d
+    f = host.fit_tiles(d, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    assert (f["MMA"], f["KUX"], f["KUD"]) == (1, 1, 3), f
     f = host.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert (f["KUX"], f["KUD"]) == (1, 2), f
+    assert (f["MMA"], f["KUX"], f["KUD"]) == (1, 1, 1), f
+    f = host.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=768, mma=True)
+    assert (f["MMA"], f["KUD"]) == (1, 2), f
     f = host.fit_tiles(dict(d, KUD=2, XPDD=1), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                        mma=True)
     assert (f["KUX"], f["KUD"], f["XPDD"]) == (1, 1, 1), f

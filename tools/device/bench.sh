@@ -23,6 +23,7 @@
 #   bash tools/device/bench.sh l2b       # the expert loads' L2 prefetch-size hint (XL2B / XL2BD) and experts_down's
 #                                        # expert table (XET); every K2 GPU test beside it (~9 min)
 #   bash tools/device/bench.sh xet       # the default with both against the one before, XET 2, XPDD 1, KUD 3 (~9 min)
+#   bash tools/device/bench.sh xet2      # the step file and every K2 GPU test on XET 2 / KUD 3, then the A/B (~9 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -180,6 +181,14 @@ case "${1:-}" in
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-xet 200 mxfp4 1,2,4,8 "" XET=0,XL2B=0,XL2BD=0 XET=2 XPDD=1 KUD=3 \
       XL2B=128,XL2BD=128
     cat "$OUT/k2-one-gpu.out" ;;
+  xet2)  # twenty-second session, last call: the step file and every K2 GPU test on the new default (XET 2;
+         # KUD 3 from 4 rows), then that default against the one before it (XET 1, KUD 1) at 1-8 rows (~9 min)
+    ( t forward-gpu 330 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
+    p0=$!
+    k2_gpu_tests 470 &
+    p1=$!
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 80 mxfp4 1,2,4,5,8 "" XET=1,KUD=1
+    cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -195,5 +204,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
