@@ -185,9 +185,9 @@ case "${1:-}" in
          # KUD 3 from 4 rows), then that default against the one before it (XET 1, KUD 1) at 1-8 rows (~9 min)
     ( t forward-gpu 330 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
     p0=$!
-    k2_gpu_tests 470 &
+    k2_gpu_tests 450 &
     p1=$!
-    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 80 mxfp4 1,2,4,5,8 "" XET=1,KUD=1
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 70 mxfp4 1,2,4,5,8 "" XET=1,KUD=1
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
