@@ -182,12 +182,12 @@ case "${1:-}" in
       XL2B=128,XL2BD=128
     cat "$OUT/k2-one-gpu.out" ;;
   xet2)  # twenty-second session, last call: the step file and every K2 GPU test on the new default (XET 2;
-         # KUD 3 from 4 rows), then that default against the one before it (XET 1, KUD 1) at 1-8 rows (~9 min)
-    ( t forward-gpu 330 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
+         # KUD 3 from 4 rows), then that default against the one before it (XET 1, KUD 1) at 1-8 rows (~8 min)
+    ( t forward-gpu 320 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
     p0=$!
-    k2_gpu_tests 450 &
+    k2_gpu_tests 430 &
     p1=$!
-    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 70 mxfp4 1,2,4,5,8 "" XET=1,KUD=1
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 40 mxfp4 1,2,4,8 "" XET=1,KUD=1
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
