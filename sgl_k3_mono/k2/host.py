@@ -21,6 +21,7 @@ from sgl_k3_mono.runtime.triton_seam import SLICES, seam_slice
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
+L2_PREFETCH_SIZES = (0, 128, 256)  # the prefetch-size hints mma_fp4 writes out (0: none)
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
 
@@ -337,10 +338,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     (0 / 1; mma_fp4 only): experts_down reads each item's expert and its rows' slots from a
     table experts_up's last program writes (routing.write_expert_table), instead of a
     CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits);
-    2: and loads the program's next item's expert while this one runs. XDB (an option, 0 off; not yet timed):
-    experts_down's items dealt to each program as one run of consecutive items (an expert's
-    L tiles, over the same x rows) instead of every nprog-th (the same items, so the same
-    bits).
+    2: and loads the program's next item's expert while this one runs. XDB (an option, 0
+    off; no gain in the twentieth session): experts_down's items dealt to each program as
+    one run of consecutive items (an expert's L tiles, over the same x rows) instead of
+    every nprog-th (the same items, so the same bits).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -538,8 +539,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
-    for key in ("XL2B", "XL2BD"):  # the expert loads' prefetch-size hint: mma_fp4.L2_PREFETCH_SIZES
-        if b.get(key, 0) not in (0, 128, 256):
+    for key in ("XL2B", "XL2BD"):  # the expert loads' L2 prefetch-size hint
+        if b.get(key, 0) not in L2_PREFETCH_SIZES:
             raise ValueError(f"K2 tiles: {key}={b[key]}; the L2 prefetch-size hint is 0 (none), 128 or 256 bytes")
     if b.get("XET", 0) not in (0, 1, 2):  # experts_down's expert and slots: from the step's table, or found
         raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1; 2: the next item's "

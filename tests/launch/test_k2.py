@@ -177,18 +177,21 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
     experts_up (SDU), experts_down's items one run a program (XDB), the fitted carveout
-    (CARVE), the rings, the expert table (XET) and the L2 prefetch-size hints (XL2B /
-    XL2BD) change no arithmetic, so their output is bitwise the plain one's;
+    (CARVE), the rings, the expert table (XET), the L2 prefetch-size hints (XL2B /
+    XL2BD) and experts_down's k-blocks in one step (KUD 3) change no arithmetic, so their
+    output is bitwise the plain one's;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
-    the default launch (XPD 1 in experts_up, the split seam, XET 1, XL2B / XL2BD 256)."""
+    the default launch (XPD 1 in experts_up, the split seam, XET 2, XL2B / XL2BD 256, KUD 3
+    at these 4 rows)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36, tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0,XET=0,XL2B=0,XL2BD=0")
+    base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36,
+                tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0,XET=0,XL2B=0,XL2BD=0,KUD=1")
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
@@ -199,7 +202,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
-                           ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True), ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True),
+                           ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True),
+                           ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True), ("KUD=3,SEAM_SPLIT=0", True),
                            ("XL2B=128,XL2BD=128,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)

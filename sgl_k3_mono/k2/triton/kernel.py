@@ -557,16 +557,16 @@ def k2_kernel(
         else:
             d_first, d_stop, d_step = pid, n_down, nprog
         if XET == 2:  # the program's next item's expert, loaded while this item runs
-            e_next = table_expert(etab_ptr, tl.minimum(d_first, n_routed - 1) // (L // BL), BM * KB)
+            e_next = table_expert(etab_ptr, tl.minimum(d_first, n_routed - 1) // (L // BL))
         for item in range(d_first, d_stop, d_step):
             if item < n_routed:
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
                 if XET == 2:
                     e = e_next
-                    e_next = table_expert(etab_ptr, tl.minimum(item + d_step, n_routed - 1) // (L // BL), BM * KB)
+                    e_next = table_expert(etab_ptr, tl.minimum(item + d_step, n_routed - 1) // (L // BL))
                 elif XET:
-                    e = table_expert(etab_ptr, n, BM * KB)
+                    e = table_expert(etab_ptr, n)
                 else:
                     e = nth_expert(ids, first, number, n)
                 e64 = e.to(tl.int64)

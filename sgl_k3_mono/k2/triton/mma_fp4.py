@@ -75,8 +75,6 @@ _LD16_128 = tl.constexpr("ld.global.L2::128B.v4.u32 {$0, $1, $2, $3}, [$4];")
 _LD16_256 = tl.constexpr("ld.global.L2::256B.v4.u32 {$0, $1, $2, $3}, [$4];")
 _LD4_128 = tl.constexpr("ld.global.L2::128B.u32 $0, [$1];")
 _LD4_256 = tl.constexpr("ld.global.L2::256B.u32 $0, [$1];")
-L2_PREFETCH_SIZES = (0, 128, 256)
-"""The prefetch-size hints mxfp4_mma_tiles' L2B takes (0: none)."""
 _RING_ISSUE = """{{
 .reg .u32 d, e, n;
 shr.u32 n, $13, 2;
@@ -261,9 +259,9 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     (runtime/triton_smem.py reserves RS x NT x RING_STAGE_BYTES_PER_THREAD past Triton's
     own). PD and KU are then unused. The register loops lean on L1 for x (every warp of
     the program reads it): the launch's carveout must leave L1 its room
-    (runtime/triton_smem.fit_carveout; seventeenth session). L2B (L2_PREFETCH_SIZES): the
-    weight and scale loads (or the ring's copies) ask L2 for the aligned 128 or 256 bytes
-    around them (0: no hint); the same bytes, so the same bits."""
+    (runtime/triton_smem.fit_carveout; seventeenth session). L2B (128 or 256; 0: none,
+    host.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
+    the aligned 128 or 256 bytes around them; the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4

@@ -94,7 +94,7 @@ def write_expert_table(tab_ptr, ids, keep, first, number, n_e, owner_ptr, TOPK: 
 
 
 @triton.jit
-def table_expert(tab_ptr, n, P: tl.constexpr):
+def table_expert(tab_ptr, n):
     """The n-th distinct expert, from write_expert_table's table."""
     return tl.load(tab_ptr + 1 + n)
 
