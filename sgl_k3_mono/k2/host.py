@@ -438,7 +438,8 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     ahead (XET 2) 124.0 / 121.5 / 154.0 / 209.4, and from 4 rows experts_down's three
     k-blocks loaded in one step (KUD 3: 153.0 / 206.0 at 4 / 8 rows; experts_down 52.6 us
     against 59.1 at 8; at 1 row 130.0, so not there; 5-7 rows not timed). Both are the
-    same arithmetic in the same order, so the same bits."""
+    same arithmetic in the same order: XET 2 ran bitwise the plain launch (the options
+    test); KUD 3's bitwise row was added after the calls and has not run."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
