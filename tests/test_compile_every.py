@@ -23,11 +23,11 @@ def test_every_width_tp_mode_and_format_is_a_member(target):
 
 
 def test_groups_follow_the_tile_classes():
-    """sm_90 K2 with MXFP4 experts compiles four kernels a TP: 1 row, 2 rows (the experts'
-    shared-memory ring: host.k2_tiles), 3 and 4 rows, and from 5 rows (the split seam's
-    slices widen to 512 columns to fit the grid); at TP 8 a fifth: 4 rows take experts_up's
-    K split there (ksx_choice: 2 at a TP-8 rank, none at 4 rows of the wider TP 1 / 2 / 4
-    ranks, whose items fill the grid); no group mixes TP sizes, formats or K1 modes."""
+    """sm_90 K2 with MXFP4 experts compiles five kernels a TP: 1 row, 2 rows (the experts'
+    shared-memory ring: host.k2_tiles), 3 rows, 4 rows (experts_down's k-blocks in one
+    step from there, KUD 3; at TP 8 also experts_up's K split, ksx_choice's 2), and from 5
+    rows (the split seam's slices widen to 512 columns to fit the grid); no group mixes
+    TP sizes, formats or K1 modes."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         groups = ce.group(ce.triton_members("sm_90"), lambda m: ce.triton_key("sm_90", m.build("sm_90")))
@@ -35,11 +35,8 @@ def test_groups_follow_the_tile_classes():
     for tp in (1, 2, 4, 8):
         assert by_rep[f"k2-mxfp4-tp{tp}-M1"] == [f"k2-mxfp4-tp{tp}-M1"]
         assert by_rep[f"k2-mxfp4-tp{tp}-M2"] == [f"k2-mxfp4-tp{tp}-M2"]
-        if tp == 8:
-            assert by_rep["k2-mxfp4-tp8-M3"] == ["k2-mxfp4-tp8-M3"]
-            assert by_rep["k2-mxfp4-tp8-M4"] == ["k2-mxfp4-tp8-M4"]
-        else:
-            assert by_rep[f"k2-mxfp4-tp{tp}-M3"] == [f"k2-mxfp4-tp{tp}-M3", f"k2-mxfp4-tp{tp}-M4"]
+        assert by_rep[f"k2-mxfp4-tp{tp}-M3"] == [f"k2-mxfp4-tp{tp}-M3"]
+        assert by_rep[f"k2-mxfp4-tp{tp}-M4"] == [f"k2-mxfp4-tp{tp}-M4"]
         assert by_rep[f"k2-mxfp4-tp{tp}-M5"] == [f"k2-mxfp4-tp{tp}-M{m}" for m in range(5, 9)]
     for names in by_rep.values():
         assert len({n.rsplit("-M", 1)[0] for n in names}) == 1, names  # one launch, kind, TP and format
