@@ -110,24 +110,47 @@ def trace_summary(t: torch.Tensor) -> dict:
             for a, b in zip(ran, ran[1:])}
 
 
+def work_summary(t: torch.Tensor) -> dict:
+    """One launch's trace as {phase: (us of the median program's own work, us of the
+    longest, the program that took it)}: a program's work in a phase runs from its entry
+    to its arrival at the phase's barrier (to its exit for the last phase), so the longest
+    is the pole the others waited on at that barrier."""
+    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_ARRIVE, TRACE_EXIT
+
+    out = {}
+    for p, name in enumerate(PHASES):
+        end = TRACE_EXIT.value if p == len(PHASES) - 1 else TRACE_ARRIVE.value + p
+        if not (bool((t[:, p] >= 0).all()) and bool((t[:, end] >= 0).all())):
+            continue
+        work = (t[:, end] - t[:, p]).double() / 1e3
+        out[name] = (float(work.median()), float(work.max()), int(work.argmax()))
+    return out
+
+
 def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
     """In-launch phase profile: the persistent launch writes every program's entry time
-    into each phase (K2Launch.trace); trace_summary of each of `runs` eager launches,
-    medians per phase (barrier exits are close together, so the median program's entry
-    is where the grid stands)."""
+    into each phase and its arrival at each barrier (K2Launch.trace). Over `runs` eager
+    launches: {"entries": trace_summary's medians per phase (barrier exits are close
+    together, so the median program's entry is where the grid stands), "work":
+    work_summary's medians, with the program most often the longest}."""
     from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
 
     launch.trace = torch.full((launch.plan.grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
     try:
-        runs_ = []
+        runs_, works = [], []
         for _ in range(runs):
             launch.trace.fill_(-1)
             run_once()
             torch.cuda.synchronize()
             runs_.append(trace_summary(launch.trace.cpu()))
+            works.append(work_summary(launch.trace.cpu()))
     finally:
         launch.trace = None
-    return {p: tuple(statistics.median(r[p][i] for r in runs_) for i in range(2)) for p in runs_[0]}
+    entries = {p: tuple(statistics.median(r[p][i] for r in runs_) for i in range(2)) for p in runs_[0]}
+    # the pole: the medians of its work, and the program that was it most often
+    poles = {p: (statistics.median(w[p][0] for w in works), statistics.median(w[p][1] for w in works),
+                 statistics.mode(w[p][2] for w in works)) for p in works[0]}
+    return {"entries": entries, "work": poles}
 
 
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
@@ -196,8 +219,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                   f"rest:{time.monotonic() - t_timed:.1f}", flush=True)
             if traced:
                 print(f"K2TRACE {fmt:5s} M={m} in-launch us (entry spread us): " + " ".join(
-                    f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced.items()) +
-                    f" sum={sum(d for d, _ in traced.values()):.1f}", flush=True)
+                    f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced["entries"].items()) +
+                    f" sum={sum(d for d, _ in traced['entries'].values()):.1f}", flush=True)
+                print(f"K2WORK  {fmt:5s} M={m} a program's own work us (median / longest @ program): " + " ".join(
+                    f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
     return results
 
 

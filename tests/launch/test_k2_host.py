@@ -231,6 +231,25 @@ def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
     assert got["seam"] == (5.0, 1.0) and got["experts_down"] == (60.0, 1.0) and got["latent_up"] == (25.0, 1.0)
 
 
+def test_work_summary_times_each_program_from_its_entry_to_its_barrier():
+    """A program's own work in a phase ends at its arrival at that phase's barrier (the
+    last phase: at its exit); the longest names its program."""
+    import torch
+
+    from sgl_k3_mono.k2.bench import work_summary
+    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_ARRIVE, TRACE_EXIT, TRACE_SLOTS
+
+    t = torch.full((3, TRACE_SLOTS.value), -1, dtype=torch.int64)
+    t[:, PHASES.index("front")] = 15_000
+    t[:, TRACE_ARRIVE.value + PHASES.index("front")] = torch.tensor([35_000, 42_000, 30_000])
+    t[:, PHASES.index("latent_up")] = 155_000
+    t[:, TRACE_EXIT.value] = torch.tensor([180_000, 179_000, 181_000])
+    t[:, PHASES.index("route")] = 50_000  # entered, never arrived: not summed
+    got = work_summary(t)
+    assert list(got) == ["front", "latent_up"]
+    assert got["front"] == (20.0, 27.0, 1) and got["latent_up"] == (25.0, 26.0, 2)
+
+
 @pytest.mark.parametrize("ksx,bi,kux", [(1, 128, 2), (2, 64, 2), (4, 32, 1)])
 def test_experts_up_k_split_tiles(ksx, bi, kux):
     """KSX warp groups split experts_up's K: a warp keeps its 16 rows a tile, so an item

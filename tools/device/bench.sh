@@ -24,6 +24,8 @@
 #                                        # expert table (XET); every K2 GPU test beside it (~9 min)
 #   bash tools/device/bench.sh xet       # the default with both against the one before, XET 2, XPDD 1, KUD 3 (~9 min)
 #   bash tools/device/bench.sh xet2      # the step file and every K2 GPU test on XET 2 / KUD 3, then the A/B (~9 min)
+#   bash tools/device/bench.sh work      # the tests the head owed (options' KUD 3, expert table, the step file), then
+#                                        # the default's trace with each program's own work a phase (~8 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -46,7 +48,7 @@ k2_sweep() {
   [ -n "${K2_WAIT:-}" ] && wait $K2_WAIT  # (K2_WAIT: a background job to finish before the timing)
   # shellcheck disable=SC2086
   ( timeout "$to" python3 -m sgl_k3_mono.k2.bench --rows "$rows" --formats "$fmts" --no-phases $x "${args[@]}" 2>&1 \
-      | grep -E "K2BENCH|K2TRACE|device|Error" ) | tee "$OUT/$name.log"
+      | grep -E "K2BENCH|K2TRACE|K2WORK|device|Error" ) | tee "$OUT/$name.log"
 }
 # k2_gpu_tests TIMEOUT: tests.sh k2-one-gpu's three K2 groups, each its own pytest process, into
 # $OUT/k2-one-gpu.out (here so that env.sh's install into /tmp/site runs once); a mode runs it in the
@@ -189,6 +191,17 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-xet2 40 mxfp4 1,2,4,8 "" XET=1,KUD=1
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
+  work)  # twenty-third session, first call: what had not run on the head's kernel (the options test's KUD 3
+         # row, the expert table on the GPU, the step file's real cases) beside the warm step; then the
+         # default's trace with each program's own work a phase (entry to its barrier: the pole the grid
+         # waits on), and the shared down in experts_down (SDU 0) beside it (~8 min)
+    ( t forward-gpu 420 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
+    p0=$!
+    ( t k2-options 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k "expert_options or (table and gpu)" ) \
+      > "$OUT/k2-options.out" 2>&1 &
+    p1=$!
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-work 120 mxfp4 1,2,4,8 "" SDU=0
+    cat "$OUT/forward-gpu.out" "$OUT/k2-options.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -204,5 +217,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -44,10 +44,13 @@ from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_st
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
-TRACE_SLOTS = tl.constexpr(16)
+TRACE_SLOTS = tl.constexpr(32)
 """int64 slots a program in the phase trace (TRACE): its entry time into each phase, by
-number, then its exit time in slot TRACE_EXIT."""
+number, then its exit time in slot TRACE_EXIT; from slot TRACE_ARRIVE, by phase number,
+its arrival at the grid barrier that ends the phase (its own work done: the barrier's
+wait is what lies between that and the next entry)."""
 TRACE_EXIT = tl.constexpr(len(PHASES))
+TRACE_ARRIVE = tl.constexpr(16)
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 
 
@@ -97,6 +100,16 @@ def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr
     maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
     if TRACE:
         tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + phase, now_ns(HIP))
+
+
+@triton.jit
+def _barrier(phase, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP: tl.constexpr,
+             TRACE: tl.constexpr):
+    """The grid barrier that ends `phase` (barrier number = phase number); (TRACE) this
+    program's arrival stamped first."""
+    if TRACE:
+        tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + TRACE_ARRIVE + phase, now_ns(HIP))
+    grid_barrier(sync_ptr, phase, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, phase, HIP)
 
 
 @triton.jit
@@ -323,7 +336,7 @@ def k2_kernel(
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 0, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 0, HIP)
+            _barrier(0, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
             _publish(flag_ptr, rank, epoch % 2, tag, pid)
 
@@ -389,7 +402,7 @@ def k2_kernel(
                 h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
                 tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 1, HIP)
+            _barrier(1, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if SEAM_SPLIT:  # every row wait is over (barrier 1): the row counters start again at 0
                 if pid == 0:
                     tl.store(scnt_ptr + tl.arange(0, 16), 0, mask=tl.arange(0, 16) < M)
@@ -417,7 +430,7 @@ def k2_kernel(
                 tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
                          mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 2, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, HIP)
+            _barrier(2, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     kc = tl.arange(0, KB)
     # -- 3: routing, one row a program ------------------------------------------------
@@ -442,7 +455,7 @@ def k2_kernel(
             tl.store(sact_ptr + srow * (S2 // 2) + scol, _situ(sg, su, BETA, LBETA).to(tl.bfloat16),
                      mask=scol < S2 // 2)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 3, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 3, HIP)
+            _barrier(3, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 4: each distinct routed expert's gate/up and SiTU ----------------------------
     if PERSISTENT or PHASE == 4:
@@ -535,7 +548,7 @@ def k2_kernel(
             if pid == nprog - 1:
                 write_expert_table(etab_ptr, ids, keep, first, number, n_e, owner_ptr, TOPK, BM, KB, XR)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 4, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 4, HIP)
+            _barrier(4, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 5: each distinct routed expert's down projection; the shared experts ----------
     if PERSISTENT or PHASE == 5:
@@ -620,7 +633,7 @@ def k2_kernel(
                 _shared_down_tile(item - n_routed, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 5, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 5, HIP)
+            _barrier(5, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 6: latent = sum over the row's slots, in top-k order -------------------------
     if PERSISTENT or PHASE == 6:
@@ -639,7 +652,7 @@ def k2_kernel(
                 acc += wk[:, None] * yk.to(tl.float32)
             tl.store(part2_ptr + rm[:, None] * (L + H) + rl[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
         if PERSISTENT:
-            grid_barrier(sync_ptr, 6, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 6, HIP)
+            _barrier(6, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
             _publish(flag_ptr, rank, 2 + epoch % 2, tag, pid)
 
@@ -660,7 +673,7 @@ def k2_kernel(
                     acc += tl.load(peer + rm[:, None] * (L + H) + rn[None, :], mask=msk, other=0.0).to(tl.float32)
                 tl.store(red_ptr + rm[:, None] * (L + H) + rn[None, :], acc.to(tl.bfloat16), mask=msk)
             if PERSISTENT:
-                grid_barrier(sync_ptr, 7, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 7, HIP)
+                _barrier(7, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 8: latent norm, up projection, the residual combine --------------------------
     if PERSISTENT or PHASE == 8:
