@@ -24,6 +24,7 @@ ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 L2_PREFETCH_SIZES = (0, 128, 256)  # the prefetch-size hints mma_fp4 writes out (0: none)
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
+K2_SYNC_WORDS = 8  # runtime/triton_sync's words, then K2's own (triton/kernel.FRONT_ROUTER / FRONT_SHARED)
 
 
 def _next_pow2(n: int) -> int:
@@ -270,6 +271,9 @@ class K2Scratch:
     """int32 [expert_table_words]: the step's distinct experts and, per expert and row, the
     slot naming it (XET; triton/routing.write_expert_table), rewritten every launch."""
     sync: torch.Tensor
+    """int32 [K2_SYNC_WORDS]: the grid barrier's and the epoch's words (runtime/triton_sync),
+    then FR's two front-tile counts (triton/kernel.FRONT_ROUTER / FRONT_SHARED); zero
+    between launches."""
 
     @classmethod
     def allocate(cls, plan: K2Plan, device) -> "K2Scratch":
@@ -289,7 +293,7 @@ class K2Scratch:
             seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
-            sync=torch.zeros(4, dtype=torch.int32, device=device),
+            sync=torch.zeros(K2_SYNC_WORDS, dtype=torch.int32, device=device),
         )
 
     def nbytes(self) -> int:
@@ -323,7 +327,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     routed items for 132 programs at M 1), not in experts_down (the same arithmetic, so the
     same bits): 1 after the routed items round the grid (so a program that ran one may run
     tiles after it), 2 dealt over the idle programs only; -1 (the default) is sdu_fits'
-    choice (2 or 0), 0 / 1 / 2 force it.
+    choice (2 or 0), 0 / 1 / 2 force it. SDUQ (16, all of them; 1..16): with SDU on, that
+    many sixteenths of the shared down's tiles run in experts_up, the rest in experts_down
+    (each tile the same arithmetic wherever it runs, so the same bits).
     XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
     scales stream through mma_fp4's cp.async ring of that many stages in shared memory
     (the same arithmetic, so the same bits; both 2 at 2 rows, else 0). CARVE
@@ -341,7 +347,11 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     2: and loads the program's next item's expert while this one runs. XDB (an option, 0
     off; no gain in the twentieth session): experts_down's items dealt to each program as
     one run of consecutive items (an expert's L tiles, over the same x rows) instead of
-    every nprog-th (the same items, so the same bits).
+    every nprog-th (the same items, so the same bits). FR (0 / 1; sm_90): the routing and
+    the shared experts' SiTU run inside the front, on the helper programs whose own front
+    tiles end first (front_helpers), each once the tiles it reads are counted stored,
+    so no routing phase and no barrier of its own; the router's and the shared gate/up's
+    tiles are then BNR rows (half BNF on the tensor cores, BNF as GEMVs), dealt first.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -576,6 +586,11 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     b["BNF"] = b.get("BNF") or b["BN"]
     while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
         b["BNF"] //= 2
+    # FR's router and shared gate/up tiles: half the front's where it runs on the tensor
+    # cores (their tiles then end at about half the front's time), the GEMV's own else
+    b["BNR"] = b.get("BNR") or (b["BNF"] if b["DENSE_GEMV"] else max(b["BNF"] // 2, 16))
+    while b["BNR"] > 16 and any(v % b["BNR"] for v in (shared2, experts)):
+        b["BNR"] //= 2
     if not b.get("MMA"):
         while b["BI"] > 16 and inter % b["BI"]:
             b["BI"] //= 2
@@ -585,6 +600,20 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["BKX"] = max(64, min(b["BKX"], _pow2_floor(latent)))
         b["BKD"] = max(64, min(b["BKD"], _pow2_floor(inter)))
     return b
+
+
+def front_helpers(*, experts: int, shared2: int, latent: int, bnr: int, bnf: int, grid: int, helpers: int) -> int:
+    """FR's first helper program (FRH). The front's tiles, [router | shared gate/up] in
+    BNR-row tiles then [latent down] in BNF-row ones, dealt round the grid as the kernel
+    deals them (tile t to program t mod grid); the helpers are the `helpers` consecutive
+    programs (wrapping) whose largest own share of rows is least, so they route soonest;
+    of equal windows the last (where the deal leaves the grid's end a tile short)."""
+    rows = [0] * grid
+    widths = [bnr] * (experts // bnr + shared2 // bnr) + [bnf] * (latent // bnf)
+    for t, w in enumerate(widths):
+        rows[t % grid] += w
+    n = min(helpers, grid)
+    return min(range(grid), key=lambda s: (max(rows[(s + i) % grid] for i in range(n)), -s))
 
 
 def norm_chunk(rows_tile: int, threads: int, width: int, bk: int) -> int:
@@ -721,6 +750,16 @@ class K2Launch:
         if b.get("SDU", 0) not in (0, 1, 2):
             raise ValueError(f"K2Launch: SDU {b['SDU']} is not 0 (off), 1 (after the routed items) or 2 (on the "
                              "programs they leave idle)")
+        if not 1 <= b.get("SDUQ", 16) <= 16:
+            raise ValueError(f"K2Launch: SDUQ {b['SDUQ']} is not 1..16 (sixteenths of the shared down's tiles "
+                             "that run in experts_up when SDU is on)")
+        b["SDUT"] = (pl.hidden // b["BN"]) * b.get("SDUQ", 16) // 16 if b.get("SDU") else 0
+        if b.get("FR", 0) not in (0, 1):
+            raise ValueError(f"K2Launch: FR {b['FR']} is not 0 (a routing phase) or 1 (routing in the front)")
+        b["FR"] = int(b.get("FR", 0)) if not self.hip else 0  # measured on sm_90 only
+        b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
+                                 bnf=b["BNF"], grid=pl.grid, helpers=m + m * -(-pl.shared2 // 2 // 512)) \
+            if b["FR"] else 0
         self.tiles_used = b
         bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0
         b["SEAM_SPLIT"] = int(bs > 0)
@@ -770,7 +809,7 @@ class K2Launch:
             XL2B=b.get("XL2B", 0) if b["MMA"] else 0, XL2BD=b.get("XL2BD", 0) if b["MMA"] else 0,
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=int(b.get("SDU", 0)),
+            SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"], FRH=b["FRH"],
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

@@ -51,6 +51,9 @@ CPU_CASES = [
     Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=18, tiles="SDU=1"),
     Case("k3-tiny", 3, "bf16", "gfx950", nvb=2, tp=2, seed=19, tiles="SDU=1"),
     Case("k3-tiny", 2, "mxfp4", "sm_90", nvb=1, seed=20, tiles="SDU=2"),
+    # ... and only some of them there (SDUQ sixteenths), the rest in experts_down
+    Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=23, tiles="SDU=2,SDUQ=8"),
+    Case("k3-tiny", 3, "bf16", "sm_90", nvb=2, tp=2, seed=24, tiles="SDU=1,SDUQ=5"),
     # experts_down's items one run a program (XDB, off by default), with and without the
     # shared down among them
     Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=2, seed=21, tiles="XDB=1"),
@@ -113,7 +116,10 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 6, "mxfp4", "sm_90", nvb=2, seed=52, tiles="XRS=2,XRSD=4,KSX=2"),
              # experts_down's expert and slots from the step's expert table, and the expert
              # loads' L2 prefetch-size hint (XET, XL2B / XL2BD; options)
-             Case("k3-small", 5, "mxfp4", "sm_90", nvb=2, seed=54, tiles="XET=1,XL2B=256,XL2BD=128")]
+             Case("k3-small", 5, "mxfp4", "sm_90", nvb=2, seed=54, tiles="XET=1,XL2B=256,XL2BD=128"),
+             # the routing and the shared SiTU inside the front (FR), bf16 and MXFP4
+             Case("k3-small", 2, "bf16", "sm_90", nvb=1, seed=58, tiles="FR=1"),
+             Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=59, tiles="FR=1")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
@@ -123,7 +129,12 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=37, tiles="SDU=1,XPDD=1"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=38, tiles="XRS=4,XRSD=4,KSX=2"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=5, seed=39, tiles="XRS=3,XRSD=3"),
-              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=2,XL2B=256,XL2BD=256")]
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=2,XL2B=256,XL2BD=256"),
+              # half the shared down's tiles in experts_up, the rest in experts_down
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=55, tiles="SDU=2,SDUQ=8"),
+              # the routing and the shared SiTU inside the front (FR)
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=56, tiles="FR=1"),
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=7, seed=57, tiles="FR=1")]
 
 
 def _report(case, res):
@@ -176,10 +187,12 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
-    experts_up (SDU), experts_down's items one run a program (XDB), the fitted carveout
+    experts_up (SDU, all or SDUQ sixteenths of them), experts_down's items one run a program (XDB), the fitted carveout
     (CARVE), the rings, the expert table (XET), the L2 prefetch-size hints (XL2B /
-    XL2BD) and experts_down's k-blocks in one step (KUD 3) change no arithmetic, so their
-    output is bitwise the plain one's;
+    XL2BD), experts_down's k-blocks in one step (KUD 3) and the routing inside the front
+    with the front's own tiles (FR with BNR 64) change no arithmetic, so their output is
+    bitwise the plain one's; FR's 32-row router and shared gate/up tiles are another
+    tl.dot shape, held to the same steps as the K split;
     the K split sums two fp32 halves and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
@@ -199,6 +212,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     for tiles, bitwise in (("XPD=1,SEAM_SPLIT=0", True), ("XPD=1,XPDD=1,SEAM_SPLIT=0", True),
                            ("XPD=2,XPDD=2,SEAM_SPLIT=0", True),
                            ("SDU=1,SEAM_SPLIT=0", True), ("SDU=2,SEAM_SPLIT=0", True),
+                           ("SDU=2,SDUQ=8,SEAM_SPLIT=0", True), ("FR=1,BNR=64,SEAM_SPLIT=0", True),
+                           ("FR=1,SEAM_SPLIT=0", False),
                            ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
                            ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
@@ -246,9 +261,11 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
 
 
 @pytest.mark.gpu
-def test_k2_gpu_graph_replay_is_bitwise_stable():
+@pytest.mark.parametrize("tiles", ["", "FR=1"])
+def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
     """1000 replays of a captured launch agree bitwise; with new inputs copied into the
-    captured buffers, a replay equals an eager run on those inputs."""
+    captured buffers, a replay equals an eager run on those inputs (FR: its tile counts
+    start from 0 in every replay)."""
     import torch
 
     from k2_cases import case_dims, make_inputs, to_device
@@ -261,6 +278,8 @@ def test_k2_gpu_graph_replay_is_bitwise_stable():
     attn, bank, prefix = make_inputs(d, 8, seed=6, nvb=2, nb=3, with_prefix=True, device="cuda")
     launch = K2Launch.build(K2Plan.for_weights(w, 8, isa="sm_90", bank_rows=3,
                                                grid=torch.cuda.get_device_properties(0).multi_processor_count), "cuda")
+    if tiles:
+        launch.set_block(**{k: int(v) for k, v in (kv.split("=") for kv in tiles.split(","))})
     out = torch.empty(8, d.hidden, dtype=torch.bfloat16, device="cuda")
     launch(w, attn, bank, 2, prefix, out)  # compile outside the capture
     torch.cuda.synchronize()
@@ -286,14 +305,17 @@ def test_k2_gpu_graph_replay_is_bitwise_stable():
 
 
 @pytest.mark.gpu
-def test_k2_gpu_fault_injection_stops_the_process_loudly():
+@pytest.mark.parametrize("tiles", ["", "FR=1"])
+def test_k2_gpu_fault_injection_stops_the_process_loudly(tiles):
+    """Program 0 held in the front: every other program's wait expires (with FR the
+    helpers' waits on the router's tile count among them, program 0 holding a router tile)."""
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     env = {**os.environ, "SGL_K3_MONO_STALL": "0:5:k2:front"}
     import time
 
     t0 = time.time()
-    done = subprocess.run([sys.executable, str(HERE / "k2_stall_worker.py"), "2.0"], env=env,
+    done = subprocess.run([sys.executable, str(HERE / "k2_stall_worker.py"), "2.0", tiles], env=env,
                           capture_output=True, text=True, timeout=120)
     took = time.time() - t0
     print(done.stdout, done.stderr[-1500:])

@@ -26,6 +26,8 @@
 #   bash tools/device/bench.sh xet2      # the step file and every K2 GPU test on XET 2 / KUD 3, then the A/B (~9 min)
 #   bash tools/device/bench.sh work      # the tests the head owed (options' KUD 3, expert table, the step file), then
 #                                        # the default's trace with each program's own work a phase (~8 min)
+#   bash tools/device/bench.sh fr        # the routing inside the front (FR), the shared down split over the expert
+#                                        # phases (SDUQ); every K2 GPU test beside it (~9 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -202,6 +204,18 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-work 120 mxfp4 1,2,4,8 "" SDU=0
     cat "$OUT/forward-gpu.out" "$OUT/k2-options.out" ;;
+  fr)  # twenty-third session, second call: the routing and the shared SiTU inside the front (FR; with the
+       # front's own 64-row tiles for the router too, BNR 64), and at 1-2 rows the shared down's tiles split
+       # between experts_up and experts_down (SDUQ sixteenths in experts_up); every K2 GPU test beside the
+       # warm steps (the options test has both's bitwise rows), the timing after them (~9 min)
+    k2_gpu_tests 480 &
+    p1=$!
+    w2="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 1,2 --formats mxfp4 --trace --warm-only --block"
+    ( warm "$OUT/k2-sduq-prewarm.log" "$w2 SDUQ=6" "$w2 SDUQ=8" "$w2 SDUQ=10" "$w2 FR=1,SDUQ=8" ) &
+    p2=$!
+    K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-fr 100 mxfp4 1,2,4,8 "" FR=1 FR=1,BNR=64
+    K2_EXTRA=--trace k2_sweep k2-sduq 100 mxfp4 1,2 SDUQ=6 SDUQ=8 SDUQ=10 FR=1,SDUQ=8
+    cat "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -217,5 +231,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac

@@ -41,7 +41,7 @@ from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_r
                                            user_count, user_rows, write_expert_table)
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
-from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq
+from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq, wait_geq
 
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
 TRACE_SLOTS = tl.constexpr(32)
@@ -52,6 +52,9 @@ wait is what lies between that and the next entry)."""
 TRACE_EXIT = tl.constexpr(len(PHASES))
 TRACE_ARRIVE = tl.constexpr(16)
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
+# K2's words of its sync buffer past triton_sync's (host.K2_SYNC_WORDS in all): FR's counts
+# of the router's and the shared gate/up's front tiles stored this launch
+FRONT_ROUTER, FRONT_SHARED = tl.constexpr(4), tl.constexpr(5)
 
 
 # ---------------------------------------------------------------------------------------
@@ -184,6 +187,53 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
                         STEP, H, NBB, BS, SP, SPP, HAS_CONTRIB, False, True, MIX_BF16)
 
 
+@triton.jit
+def _front_rows(h2_ptr, M, w_ptr, s_w, n0, N, out_ptr, rm, H: tl.constexpr, BM: tl.constexpr, BT: tl.constexpr,
+                BK: tl.constexpr, STAGES: tl.constexpr, DENSE_GEMV: tl.constexpr, ROUND: tl.constexpr,
+                OUT_BF16: tl.constexpr):
+    """Rows n0 .. n0 + BT - 1 of one segment of the front (N rows of stride s_w) over h2
+    into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16)."""
+    acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, tl.zeros((BM, BT), tl.float32), BM, BT, BK, STAGES,
+                   DENSE_GEMV)
+    rn = n0 + tl.arange(0, BT)
+    if OUT_BF16:
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+    else:
+        if ROUND:
+            acc = acc.to(tl.bfloat16).to(tl.float32)
+        tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+
+
+@triton.jit
+def _count_tile(counter_ptr):
+    """This program's front tile is stored (every thread's part: the CTA barrier); one more
+    on the counter, with release, for the helpers that wait on it to read the tile."""
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def _route_one(r, logit_ptr, bias_ptr, ids_ptr, wts_ptr, owner_ptr, E, TOPK: tl.constexpr, BE: tl.constexpr,
+               KB: tl.constexpr):
+    """Row r's top-k into ids / wts; each expert's owner is the least (row, slot) naming it."""
+    kc = tl.arange(0, KB)
+    ids, wts = route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
+    tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
+    tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
+    tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _situ_chunk(sq, gu_ptr, sact_ptr, S2: tl.constexpr, NSC: tl.constexpr, BETA: tl.constexpr,
+                LBETA: tl.constexpr):
+    """Chunk sq (row sq // NSC, 512 columns) of the shared experts' activation bf16(SiTU(gu))."""
+    srow = sq // NSC
+    scol = (sq % NSC) * 512 + tl.arange(0, 512)
+    sg = tl.load(gu_ptr + srow * S2 + scol, mask=scol < S2 // 2, other=0.0)
+    su = tl.load(gu_ptr + srow * S2 + S2 // 2 + scol, mask=scol < S2 // 2, other=0.0)
+    tl.store(sact_ptr + srow * (S2 // 2) + scol, _situ(sg, su, BETA, LBETA).to(tl.bfloat16), mask=scol < S2 // 2)
+
+
 # ---------------------------------------------------------------------------------------
 # the launch
 
@@ -280,9 +330,10 @@ def k2_kernel(
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
     BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
-    SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, XRS: tl.constexpr = 0,
+    SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
+    XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
-    XET: tl.constexpr = 0,
+    XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, FRH: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -408,52 +459,69 @@ def k2_kernel(
                     tl.store(scnt_ptr + tl.arange(0, 16), 0, mask=tl.arange(0, 16) < M)
 
     # -- 2: the MoE front: [shared gate_up | router | latent down] ---------------------
+    # (the shared experts' SiTU in 512-wide chunks, over the grid, not in every shared-down
+    # item: there the operand layout repeats it in every warp, 10 M FP32 instructions a
+    # launch at M 8)
+    NSC: tl.constexpr = (S2 // 2 + 511) // 512
+    kc = tl.arange(0, KB)
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
             _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        for tile in range(pid, (S2 + E + L) // BNF, nprog):
-            n0 = tile * BNF
-            acc = tl.zeros((BM, BNF), tl.float32)
-            rn = tl.arange(0, BNF)
-            if n0 < S2:
-                acc = dot_bf16(h2_ptr, H, M, wgu_ptr, s_wgu, n0, S2, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
-                if FRONT_BF16:
-                    acc = acc.to(tl.bfloat16).to(tl.float32)
-                tl.store(gu_ptr + rm[:, None] * S2 + (n0 + rn)[None, :], acc, mask=rm[:, None] < M)
-            elif n0 < S2 + E:
-                acc = dot_bf16(h2_ptr, H, M, wr_ptr, s_wr, n0 - S2, E, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
-                if FRONT_BF16:
-                    acc = acc.to(tl.bfloat16).to(tl.float32)
-                tl.store(logit_ptr + rm[:, None] * E + (n0 - S2 + rn)[None, :], acc, mask=rm[:, None] < M)
-            else:
-                acc = dot_bf16(h2_ptr, H, M, wdn_ptr, s_wdn, n0 - S2 - E, L, H, acc, BM, BNF, BK, STAGES, DENSE_GEMV)
-                tl.store(xin_ptr + rm[:, None] * L + (n0 - S2 - E + rn)[None, :], acc.to(tl.bfloat16),
-                         mask=rm[:, None] < M)
+        if FR and PERSISTENT:
+            # FR: [router | shared gate/up] in BNR-row tiles, [latent down] in BNF-row ones,
+            # and phase 3's work done here by the helper programs (from FRH, the ones whose
+            # own tiles end first: host.front_helpers) once the tiles they read are counted
+            # stored: the grid routes while the latent down streams, with no barrier of its own
+            NRT: tl.constexpr = E // BNR
+            NST: tl.constexpr = S2 // BNR
+            for tile in range(pid, NRT + NST + L // BNF, nprog):
+                if tile < NRT:
+                    _front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
+                                DENSE_GEMV, FRONT_BF16, False)
+                    _count_tile(sync_ptr + FRONT_ROUTER)
+                elif tile < NRT + NST:
+                    _front_rows(h2_ptr, M, wgu_ptr, s_wgu, (tile - NRT) * BNR, S2, gu_ptr, rm, H, BM, BNR, BK,
+                                STAGES, DENSE_GEMV, FRONT_BF16, False)
+                    _count_tile(sync_ptr + FRONT_SHARED)
+                else:
+                    _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
+                                BK, STAGES, DENSE_GEMV, False, True)
+            for hi in range((pid - FRH + nprog) % nprog, M + M * NSC, nprog):  # helper hi: row hi, or a chunk
+                if hi < M:
+                    wait_geq(sync_ptr + FRONT_ROUTER, NRT, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2,
+                             "gpu", HIP)
+                    _route_one(hi, logit_ptr, bias_ptr, ids_ptr, wts_ptr, owner_ptr, E, TOPK, BE, KB)
+                else:
+                    wait_geq(sync_ptr + FRONT_SHARED, NST, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2,
+                             "gpu", HIP)
+                    _situ_chunk(hi - M, gu_ptr, sact_ptr, S2, NSC, BETA, LBETA)
+            maybe_stall(stall_phase, 3, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)  # (no phase 3)
+        else:
+            for tile in range(pid, (S2 + E + L) // BNF, nprog):
+                n0 = tile * BNF
+                if n0 < S2:
+                    _front_rows(h2_ptr, M, wgu_ptr, s_wgu, n0, S2, gu_ptr, rm, H, BM, BNF, BK, STAGES, DENSE_GEMV,
+                                FRONT_BF16, False)
+                elif n0 < S2 + E:
+                    _front_rows(h2_ptr, M, wr_ptr, s_wr, n0 - S2, E, logit_ptr, rm, H, BM, BNF, BK, STAGES,
+                                DENSE_GEMV, FRONT_BF16, False)
+                else:
+                    _front_rows(h2_ptr, M, wdn_ptr, s_wdn, n0 - S2 - E, L, xin_ptr, rm, H, BM, BNF, BK, STAGES,
+                                DENSE_GEMV, False, True)
         if PERSISTENT:
             _barrier(2, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
+            if FR:  # every helper's wait is over (barrier 2): the counts start again at 0
+                if pid == 0:
+                    tl.store(sync_ptr + FRONT_ROUTER + tl.arange(0, 2), 0)
 
-    kc = tl.arange(0, KB)
-    # -- 3: routing, one row a program ------------------------------------------------
-    if PERSISTENT or PHASE == 3:
+    # -- 3: routing, one row a program; the shared experts' SiTU (FR: done in the front) --
+    if (PERSISTENT and not FR) or PHASE == 3:
         if PERSISTENT:
             _enter(3, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         for r in range(pid, M, nprog):
-            ids, wts = route_row(logit_ptr, bias_ptr, r, E, TOPK, BE, KB)
-            tl.store(ids_ptr + r * TOPK + kc, ids, mask=kc < TOPK)
-            tl.store(wts_ptr + r * TOPK + kc, wts, mask=kc < TOPK)
-            tl.atomic_min(owner_ptr + ids, r * TOPK + kc, mask=kc < TOPK, sem="relaxed", scope="gpu")
-        # the shared experts' SiTU, once here in 512-wide chunks over the whole grid, not in
-        # every shared-down item (there the operand layout repeats it in every warp: 10 M
-        # FP32 instructions a launch at M 8)
-        # (names of its own: a later phase's static loops reuse q, g, u as constexprs)
-        NSC: tl.constexpr = (S2 // 2 + 511) // 512
+            _route_one(r, logit_ptr, bias_ptr, ids_ptr, wts_ptr, owner_ptr, E, TOPK, BE, KB)
         for sq in range(pid, M * NSC, nprog):
-            srow = sq // NSC
-            scol = (sq % NSC) * 512 + tl.arange(0, 512)
-            sg = tl.load(gu_ptr + srow * S2 + scol, mask=scol < S2 // 2, other=0.0)
-            su = tl.load(gu_ptr + srow * S2 + S2 // 2 + scol, mask=scol < S2 // 2, other=0.0)
-            tl.store(sact_ptr + srow * (S2 // 2) + scol, _situ(sg, su, BETA, LBETA).to(tl.bfloat16),
-                     mask=scol < S2 // 2)
+            _situ_chunk(sq, gu_ptr, sact_ptr, S2, NSC, BETA, LBETA)
         if PERSISTENT:
             _barrier(3, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
@@ -471,7 +539,9 @@ def k2_kernel(
         # an idle one steps by the idle count), and round the whole grid only where none is
         # idle. One loop either way: a second copy of the tile's code cost the TP-8 build at
         # 2 rows its registers (128 and an 80-byte stack, against 255 and none; CPU compile)
-        up_stop = n_up + (H // BN if SDU else 0)
+        # (SDUT of the H // BN tiles here; the rest stay in experts_down: at 1 row the idle
+        # programs' share of all of them had been the phase's pole)
+        up_stop = n_up + SDUT
         up_step = nprog
         if SDU == 2:
             spare = n_up < nprog
@@ -561,7 +631,7 @@ def k2_kernel(
         keep_x = (rx[:, None] < M) & (kc[None, :] < TOPK)  # the same tile with the experts' XR rows
         ids_x = tl.load(ids_ptr + rx[:, None] * TOPK + kc[None, :], mask=keep_x, other=-1)
         n_routed = n_e * (L // BL)
-        n_down = n_routed + (0 if SDU else H // BN)
+        n_down = n_routed + H // BN - SDUT  # the shared down's tiles experts_up left
         # XDB: a program's items one run of consecutive ones (an expert's L tiles are 14
         # consecutive items at a TP-8 rank, all over the same x rows), not every nprog-th
         # (each of them another expert's x, from L2); the same items, so the same bits
@@ -630,7 +700,7 @@ def k2_kernel(
                     tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + rl[None, :], y.to(tl.bfloat16),
                              mask=has[:, None])
             else:  # tensor-core K chunks of BKD, the tile measured when the SiTU still ran here
-                _shared_down_tile(item - n_routed, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
+                _shared_down_tile(item - n_routed + SDUT, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
             _barrier(5, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
