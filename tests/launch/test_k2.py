@@ -86,6 +86,29 @@ def test_k2_triton_interpreted_matches_reference():
         _check(res)
 
 
+# the persistent launch on one program (its phases, barriers and counted waits in order;
+# routing inside the front, FR, has one barrier fewer)
+CPU_PERSISTENT_CASES = [Case("k3-tiny", 2, "bf16", "sm_90", nvb=1, seed=60, tiles="FR=0"),
+                        Case("k3-tiny", 2, "bf16", "sm_90", nvb=1, seed=60),
+                        Case("k3-tiny", 3, "mxfp4", "sm_90", nvb=2, prefix=False, seed=61, tiles="FR=1,SDU=2,SDUQ=8")]
+
+
+def test_k2_triton_interpreted_persistent_on_one_program():
+    """The persistent launch under the interpreter on a one-program grid: every barrier
+    and counted wait is met by that program's own arrivals (a count off by one would
+    expire: the interpreter's clock moves a millisecond a read), within the bounds."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    specs = [json.dumps(dataclasses.asdict(c)) for c in CPU_PERSISTENT_CASES]
+    done = subprocess.run([sys.executable, str(HERE / "k2_interp_worker.py"), "--persistent", *specs], env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert len(results) == len(CPU_PERSISTENT_CASES), done.stdout + done.stderr[-2000:]
+    for res in results:
+        print(res["case"], res.get("hidden"))
+        _check(res)
+
+
 # ---- GPU --------------------------------------------------------------------------------
 
 GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
@@ -117,9 +140,9 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # experts_down's expert and slots from the step's expert table, and the expert
              # loads' L2 prefetch-size hint (XET, XL2B / XL2BD; options)
              Case("k3-small", 5, "mxfp4", "sm_90", nvb=2, seed=54, tiles="XET=1,XL2B=256,XL2BD=128"),
-             # the routing and the shared SiTU inside the front (FR), bf16 and MXFP4
-             Case("k3-small", 2, "bf16", "sm_90", nvb=1, seed=58, tiles="FR=1"),
-             Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=59, tiles="FR=1")]
+             # a routing phase of its own (FR 0; the default routes inside the front), bf16 and MXFP4
+             Case("k3-small", 2, "bf16", "sm_90", nvb=1, seed=58, tiles="FR=0"),
+             Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=59, tiles="FR=0")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
@@ -132,9 +155,9 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=6, seed=40, tiles="XET=2,XL2B=256,XL2BD=256"),
               # half the shared down's tiles in experts_up, the rest in experts_down
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=55, tiles="SDU=2,SDUQ=8"),
-              # the routing and the shared SiTU inside the front (FR)
-              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=56, tiles="FR=1"),
-              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=7, seed=57, tiles="FR=1")]
+              # a routing phase of its own (FR 0; the default routes inside the front)
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=56, tiles="FR=0"),
+              Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=7, seed=57, tiles="FR=0")]
 
 
 def _report(case, res):
@@ -197,14 +220,14 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
     the default launch (XPD 1 in experts_up, the split seam, XET 2, XL2B / XL2BD 256, KUD 3
-    at these 4 rows)."""
+    at these 4 rows, FR). The plain launch routes in a phase of its own (FR 0)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
     base = Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=36,
-                tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0,XET=0,XL2B=0,XL2BD=0,KUD=1")
+                tiles="XPD=0,XRSD=0,CARVE=0,SEAM_SPLIT=0,XET=0,XL2B=0,XL2BD=0,KUD=1,FR=0")
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
@@ -261,11 +284,11 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["", "FR=1"])
+@pytest.mark.parametrize("tiles", ["", "FR=0"])
 def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
     """1000 replays of a captured launch agree bitwise; with new inputs copied into the
-    captured buffers, a replay equals an eager run on those inputs (FR: its tile counts
-    start from 0 in every replay)."""
+    captured buffers, a replay equals an eager run on those inputs (the default, FR: its
+    tile counts start from 0 in every replay; and FR 0)."""
     import torch
 
     from k2_cases import case_dims, make_inputs, to_device
@@ -305,10 +328,11 @@ def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["", "FR=1"])
+@pytest.mark.parametrize("tiles", ["", "FR=0"])
 def test_k2_gpu_fault_injection_stops_the_process_loudly(tiles):
-    """Program 0 held in the front: every other program's wait expires (with FR the
-    helpers' waits on the router's tile count among them, program 0 holding a router tile)."""
+    """Program 0 held in the front: every other program's wait expires (with FR, the
+    default, the helpers' waits on the router's tile count among them, program 0 holding a
+    router tile)."""
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     env = {**os.environ, "SGL_K3_MONO_STALL": "0:5:k2:front"}

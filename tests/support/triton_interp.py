@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import triton
+import triton.language as tl
 
 
 def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
@@ -52,3 +54,27 @@ def patch() -> None:
     B.create_fp_to_fp = rne(B.create_fp_to_fp)
     B.create_fp_trunc = rne(B.create_fp_trunc)
     B._sgl_k3_mono_patched = True
+
+
+_ticks = [0]
+
+
+def _tick() -> int:
+    _ticks[0] += 1_000_000  # a millisecond a read: a wait that never ends expires, it does not spin
+    return _ticks[0]
+
+
+@triton.jit
+def _interp_now_ns(HIP: tl.constexpr = False):
+    return tl.full([], _tick(), tl.int64)
+
+
+def patch_clock() -> None:
+    """The launches' timer (runtime.triton_sync.now_ns, a PTX / HIP special register the
+    interpreter lacks) as a clock that moves a millisecond each read, so a persistent
+    launch runs on one program under the interpreter: its barriers and counted waits are
+    then met by that program's own arrivals, or expire."""
+    import sgl_k3_mono.k2.triton.kernel as k2
+    import sgl_k3_mono.runtime.triton_sync as sync
+
+    sync.now_ns = k2.now_ns = _interp_now_ns

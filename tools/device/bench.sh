@@ -28,6 +28,8 @@
 #                                        # the default's trace with each program's own work a phase (~8 min)
 #   bash tools/device/bench.sh fr        # the routing inside the front (FR), the shared down split over the expert
 #                                        # phases (SDUQ); every K2 GPU test beside it (~9 min)
+#   bash tools/device/bench.sh fr2       # FR and SDUQ 6 the default: every K2 GPU test and the step file, then the
+#                                        # A/B against FR 0, BNR 64, SDUQ 16 (~9 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -216,6 +218,16 @@ case "${1:-}" in
     K2_WAIT="$p1 $p2" K2_EXTRA=--trace k2_sweep k2-fr 100 mxfp4 1,2,4,8 "" FR=1 FR=1,BNR=64
     K2_EXTRA=--trace k2_sweep k2-sduq 100 mxfp4 1,2 SDUQ=6 SDUQ=8 SDUQ=10 FR=1,SDUQ=8
     cat "$OUT/k2-one-gpu.out" ;;
+  fr2)  # twenty-third session, third call: the new default (FR; SDUQ 6 at 1 row) under every K2 GPU test and
+        # the step file beside the warm step; then the default against a routing phase of its own (FR 0),
+        # FR with the front's 64-row tiles for the router too (BNR 64), and at 1 row all the shared down in
+        # experts_up (SDUQ 16) (~9 min)
+    ( t forward-gpu 470 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
+    p0=$!
+    k2_gpu_tests 470 &
+    p1=$!
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr2 60 mxfp4 1,2,4,8 "" FR=0 BNR=64 SDUQ=16
+    cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -231,5 +243,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
