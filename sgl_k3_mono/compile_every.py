@@ -76,9 +76,13 @@ def _spec(a) -> tuple:
 
 
 def triton_key(target: str, built) -> tuple:
+    """What Triton compiles one kernel for: its constexprs and each argument's value class,
+    except the arguments the kernel does not specialise on (do_not_specialize), which
+    any value shares (K2's frh moves with the rows inside a tile class)."""
     kernel, args, meta = built
+    free = {kernel.arg_names.index(a) if isinstance(a, str) else a for a in getattr(kernel, "do_not_specialize", ())}
     return (kernel.fn.__name__, target, tuple(sorted((k, repr(v)) for k, v in meta.items())),
-            tuple(_spec(a) for a in args))
+            tuple(("free",) if i in free else _spec(a) for i, a in enumerate(args)))
 
 
 def group(members, key_of) -> list[tuple]:

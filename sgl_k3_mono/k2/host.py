@@ -451,7 +451,16 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     k-blocks loaded in one step (KUD 3: 153.0 / 206.0 at 4 / 8 rows; experts_down 52.6 us
     against 59.1 at 8; at 1 row 130.0, so not there; 5-7 rows not timed). Both are the
     same arithmetic in the same order: XET 2 ran bitwise the plain launch (the options
-    test); KUD 3's bitwise row was added after the calls and has not run."""
+    test); so did KUD 3 (twenty-third session).
+
+    Twenty-third session (one call, traced; docs/evidence/k2-sm90.md): the routing and the
+    shared SiTU inside the front (FR: 106.2 / 116.9 / 149.1 / 197.5 us at 1 / 2 / 4 / 8 rows
+    against 119.1 / 120.9 / 155.1 / 204.7 with a routing phase of its own; with the front's
+    64-row tiles for the router too, BNR 64: 116.5 / 117.5 / 149.2 / 199.2), bitwise the
+    plain launch; and at 1 row 6 / 16 of the shared down's tiles in experts_up, the rest in
+    experts_down (SDUQ 6: 106.2 against 114.9 with all of them in experts_up, where the idle
+    programs' 12 tiles each had been the phase's pole; SDUQ 8 and 10 timed between, in a
+    call before)."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -605,7 +614,7 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
 
 
 def front_helpers(*, experts: int, shared2: int, latent: int, bnr: int, bnf: int, grid: int, helpers: int) -> int:
-    """FR's first helper program (FRH). The front's tiles, [router | shared gate/up] in
+    """FR's first helper program (the launch's frh). The front's tiles, [router | shared gate/up] in
     BNR-row tiles then [latent down] in BNF-row ones, dealt round the grid as the kernel
     deals them (tile t to program t mod grid); the helpers are the `helpers` consecutive
     programs (wrapping) whose largest own share of rows is least, so they route soonest;
@@ -789,7 +798,7 @@ class K2Launch:
             s.expert_table,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
-            self.trace if self.trace is not None else s.sync, 0,
+            self.trace if self.trace is not None else s.sync, b["FRH"], 0,
         )
         meta = dict(
             H=pl.hidden, A=pl.attn_width, S2=pl.shared2, E=pl.experts, L=pl.latent, I=pl.inter,
@@ -811,7 +820,7 @@ class K2Launch:
             XL2B=b.get("XL2B", 0) if b["MMA"] else 0, XL2BD=b.get("XL2BD", 0) if b["MMA"] else 0,
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
-            SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"], FRH=b["FRH"],
+            SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

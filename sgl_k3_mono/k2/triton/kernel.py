@@ -10,6 +10,8 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
                  the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
+                 (FR, the default on sm_90: done inside phase 2 by helper programs once the
+                 router's / shared gate-up's tiles are counted stored; no barrier of its own)
   4 experts_up   act_n = bf16(SiTU(W13_e x))   (distinct expert n, I tile); SDU > 0: the shared down here
   5 experts_down y[r,k] = bf16(W2_e act_n[r]) (distinct expert n, L tile); shared = bf16(sact @ Wd^T)
   6 combine      latent = bf16(sum_k w[r,k] y[r,k])  in top-k order  (L tiles)
@@ -293,7 +295,7 @@ def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.conste
 # instruction, as when they were specialised. has_prefix stays specialised (two variants a
 # width: block-write layers and the rest): unspecialised, both of its seam branches are
 # compiled in, 8.5 % more code at 2 rows.
-K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr", "ring_off")
+K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr", "frh", "ring_off")
 
 
 @triton.jit(do_not_specialize=K2_RUNTIME_SCALARS)
@@ -314,8 +316,10 @@ def k2_kernel(
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
-    # where mma_fp4's shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
-    ring_off,
+    # FR: the first helper program (host.front_helpers; it moves with the rows, so not a
+    # constexpr: every row count of a tile class shares one build); where mma_fp4's
+    # shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
+    frh, ring_off,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
     I: tl.constexpr, I_UP: tl.constexpr, TOPK: tl.constexpr,
@@ -334,7 +338,7 @@ def k2_kernel(
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
-    XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, FRH: tl.constexpr = 0,
+    XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -471,7 +475,7 @@ def k2_kernel(
             _enter(2, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if FR and PERSISTENT:
             # FR: [router | shared gate/up] in BNR-row tiles, [latent down] in BNF-row ones,
-            # and phase 3's work done here by the helper programs (from FRH, the ones whose
+            # and phase 3's work done here by the helper programs (from frh, the ones whose
             # own tiles end first: host.front_helpers) once the tiles they read are counted
             # stored: the grid routes while the latent down streams, with no barrier of its own
             NRT: tl.constexpr = E // BNR
@@ -488,7 +492,7 @@ def k2_kernel(
                 else:
                     _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
                                 BK, STAGES, DENSE_GEMV, False, True)
-            for hi in range((pid - FRH + nprog) % nprog, M + M * NSC, nprog):  # helper hi: row hi, or a chunk
+            for hi in range((pid - frh + nprog) % nprog, M + M * NSC, nprog):  # helper hi: row hi, or a chunk
                 if hi < M:
                     wait_geq(sync_ptr + FRONT_ROUTER, NRT, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2,
                              "gpu", HIP)
