@@ -468,14 +468,57 @@ def test_launch_args_resolve_the_shared_down_choice_and_say_what_runs(monkeypatc
         launch.launch_args(rw, *inputs)
 
 
+def test_front_helpers_are_the_programs_whose_tiles_end_first():
+    """FR's helpers at a TP-8 rank on 132 SMs (router 896 + shared gate/up 1536 rows, then
+    the latent down's 3584): on the tensor cores (32-row router / shared tiles, 64-row
+    latent ones: 132 tiles, one a program) the last window of 32-row programs (0..75);
+    as GEMVs at 1 row (16-row tiles, 376: programs 112..131 have two, the rest three) the
+    last of the two-tile programs."""
+    dims = dict(experts=896, shared2=1536, latent=3584, grid=132)
+    assert host.front_helpers(bnr=32, bnf=64, helpers=8 + 16, **dims) == 52
+    assert host.front_helpers(bnr=32, bnf=64, helpers=2 + 4, **dims) == 70
+    assert host.front_helpers(bnr=16, bnf=16, helpers=1 + 2, **dims) == 129
+    assert host.front_helpers(bnr=16, bnf=16, helpers=3, experts=32, shared2=32, latent=64, grid=4) in range(4)
+
+
+def test_launch_args_split_the_shared_down_and_route_in_the_front():
+    """SDUQ sixteenths of the shared down's H / BN tiles run in experts_up (SDUT; none with
+    SDU off, anything outside 1..16 refused); FR passes its first helper as the runtime
+    argument before ring_off (0 without FR), and the HIP build keeps its routing phase."""
+    import torch
+
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+    bf = torch.bfloat16
+    inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
+              torch.empty(2, plan.hidden, dtype=bf))
+    for hip in (False, True):
+        launch = host.K2Launch.build(plan, "cpu", impl="triton", hip=hip)
+        launch.set_block(SDU=2, SDUQ=8)
+        args, meta = launch.launch_args(rw, *inputs)
+        assert meta["SDUT"] == plan.hidden // meta["BN"] // 2
+        assert meta["FR"] == (0 if hip else 1)
+        want = host.front_helpers(experts=plan.experts, shared2=plan.shared2, latent=plan.latent, bnr=meta["BNR"],
+                                  bnf=meta["BNF"], grid=4, helpers=2 + 2 * -(-plan.shared2 // 2 // 512))
+        assert args[-2] == (0 if hip else want) and args[-1] == 0
+        launch.set_block(SDU=0, FR=0)
+        args, meta = launch.launch_args(rw, *inputs)
+        assert (meta["SDUT"], meta["FR"], args[-2]) == (0, 0, 0)
+    for bad in (dict(SDUQ=0), dict(SDUQ=17), dict(FR=2)):
+        launch.set_block(SDU=2, **bad)
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            launch.launch_args(rw, *inputs)
+        launch.set_block(SDUQ=16, FR=1)
+
+
 def test_scalars_that_change_between_layers_are_not_specialised():
     """Every integer argument that differs between two layers' launches (the layer index,
     the bank rows in use, the rank, a stall switch) is one Triton does not specialise:
     otherwise a step warms one K2 a value class (1, a multiple of 16, other) of each, and
     a stall set at one layer compiles inside the step. (err_addr, the launch's own failure
     record, differs between processes.) The one exception is has_prefix, 0 or 1: a block
-    write or not, two variants, each compiling only its own seam branch. ring_off is
-    unspecialised for another reason (below)."""
+    write or not, two variants, each compiling only its own seam branch. ring_off and frh
+    are unspecialised for other reasons (below)."""
     import dataclasses
     import types
 
@@ -498,8 +541,10 @@ def test_scalars_that_change_between_layers_are_not_specialised():
     varying = {n for n, x, y in zip(names, args_a, args_b) if isinstance(x, int) and x != y}
     assert varying == {"nvb", "has_prefix", "rank", "layer", "stall_phase", "err_addr"}, varying
     # ring_off, where mma_fp4's ring starts, is known only once the launch has compiled
-    # (runtime/triton_smem.reserve): the compile without it must be the one that runs
-    assert {p.name for p in k2_kernel.params if p.do_not_specialize} == varying - {"has_prefix"} | {"ring_off"}
+    # (runtime/triton_smem.reserve): the compile without it must be the one that runs;
+    # frh, FR's first helper, moves with the rows, which share a build within a tile class
+    assert {p.name for p in k2_kernel.params if p.do_not_specialize} == \
+        varying - {"has_prefix"} | {"ring_off", "frh"}
 
 
 def test_the_k_split_option_fills_experts_ups_waves():
