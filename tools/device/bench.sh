@@ -30,6 +30,8 @@
 #                                        # phases (SDUQ); every K2 GPU test beside it (~9 min)
 #   bash tools/device/bench.sh fr2       # FR and SDUQ 6 the default: every K2 GPU test and the step file, then the
 #                                        # A/B against FR 0, BNR 64, SDUQ 16 (~9 min)
+#   bash tools/device/bench.sh fr3       # the head's K2 under every K2 GPU test and the step file, then the A/B
+#                                        # against BNR 16 and FR 0 (~9 min; not run yet)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -228,6 +230,15 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr2 60 mxfp4 1,2,4,8 "" FR=0 BNR=64 SDUQ=16
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
+  fr3)  # next: the head's K2 (FR's first helper a runtime argument, frh) under every K2 GPU test and the
+        # step file beside the warm step; then the default against 16-row router / shared tiles (BNR 16:
+        # the routing starts sooner, the front deals more tiles) and FR 0 (~9 min); `bench.sh step` after
+    ( t forward-gpu 470 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
+    p0=$!
+    k2_gpu_tests 470 &
+    p1=$!
+    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr3 60 mxfp4 1,2,4,8 "" BNR=16 FR=0
+    cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -243,5 +254,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
