@@ -142,8 +142,9 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
             launch.trace.fill_(-1)
             run_once()
             torch.cuda.synchronize()
-            runs_.append(trace_summary(launch.trace.cpu()))
-            works.append(work_summary(launch.trace.cpu()))
+            t = launch.trace.cpu()
+            runs_.append(trace_summary(t))
+            works.append(work_summary(t))
     finally:
         launch.trace = None
     entries = {p: tuple(statistics.median(r[p][i] for r in runs_) for i in range(2)) for p in runs_[0]}

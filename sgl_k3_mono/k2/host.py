@@ -613,6 +613,13 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     return b
 
 
+def situ_chunks(shared2: int) -> int:
+    """The shared experts' SiTU chunks a row (triton/kernel.SITU_CHUNK columns each)."""
+    from sgl_k3_mono.k2.triton.kernel import SITU_CHUNK
+
+    return -(-shared2 // 2 // SITU_CHUNK.value)
+
+
 def front_helpers(*, experts: int, shared2: int, latent: int, bnr: int, bnf: int, grid: int, helpers: int) -> int:
     """FR's first helper program (the launch's frh). The front's tiles, [router | shared gate/up] in
     BNR-row tiles then [latent down] in BNF-row ones, dealt round the grid as the kernel
@@ -769,7 +776,7 @@ class K2Launch:
             raise ValueError(f"K2Launch: FR {b['FR']} is not 0 (a routing phase) or 1 (routing in the front)")
         b["FR"] = int(b.get("FR", 0)) if not self.hip else 0  # measured on sm_90 only
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
-                                 bnf=b["BNF"], grid=pl.grid, helpers=m + m * -(-pl.shared2 // 2 // 512)) \
+                                 bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \
             if b["FR"] else 0
         self.tiles_used = b
         bs = seam_slice(m, pl.hidden, pl.grid) if b.get("SEAM_SPLIT") else 0

@@ -2,6 +2,7 @@
 watcher must stop this process with EXIT_CODE, naming rank, layer, launch and phase.
 argv: the deadline in seconds, then optionally tile options (KEY=VALUE,...)."""
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -23,8 +24,8 @@ w = to_device(K2Weights.random(d, seed=1, expert_format="mxfp4"), "cuda").shard(
 attn, bank, prefix = make_inputs(d, 4, seed=2, nvb=1, nb=2, with_prefix=True, device="cuda")
 plan = K2Plan.for_weights(w, 4, isa="sm_90", bank_rows=2, grid=torch.cuda.get_device_properties(0).multi_processor_count)
 launch = K2Launch.build(plan, "cuda", deadline_s=float(sys.argv[1]))
-if len(sys.argv) > 2 and sys.argv[2]:  # tile options, KEY=VALUE,...
-    launch.set_block(**{k: int(v) for k, v in (kv.split("=") for kv in sys.argv[2].split(","))})
+if len(sys.argv) > 2 and sys.argv[2]:  # tile options, KEY=VALUE,... (Case.block parses them)
+    launch.set_block(**dataclasses.replace(case, tiles=sys.argv[2]).block())
 out = torch.empty(4, d.hidden, dtype=torch.bfloat16, device="cuda")
 launch(w, attn, bank, 1, prefix, out, layer=0)  # compile and run once unstalled (layer 0)
 torch.cuda.synchronize()

@@ -206,8 +206,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     """The launch options against the plain launch (no register prefetch, the one-program
     seam) on the same weights and inputs (real TP-8 rank shapes, M 4, MXFP4): the
     register and L2 prefetches, deeper dense pipelines, the shared down run in
-    experts_up (SDU, all or SDUQ sixteenths of them), experts_down's items one run a program (XDB), the fitted carveout
-    (CARVE), the rings, the expert table (XET), the L2 prefetch-size hints (XL2B /
+    experts_up (SDU, all or SDUQ sixteenths of them), experts_down's items one run a
+    program (XDB), the fitted carveout (CARVE), the rings, the expert table (XET), the L2 prefetch-size hints (XL2B /
     XL2BD), experts_down's k-blocks in one step (KUD 3) and the routing inside the front
     (FR; its 32-row router and shared gate/up tiles take each output's K sum in the same
     order as the 64-row ones: bitwise on the H200, twenty-third session) change no
@@ -298,7 +298,7 @@ def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
     launch = K2Launch.build(K2Plan.for_weights(w, 8, isa="sm_90", bank_rows=3,
                                                grid=torch.cuda.get_device_properties(0).multi_processor_count), "cuda")
     if tiles:
-        launch.set_block(**{k: int(v) for k, v in (kv.split("=") for kv in tiles.split(","))})
+        launch.set_block(**dataclasses.replace(case, tiles=tiles).block())
     out = torch.empty(8, d.hidden, dtype=torch.bfloat16, device="cuda")
     launch(w, attn, bank, 2, prefix, out)  # compile outside the capture
     torch.cuda.synchronize()

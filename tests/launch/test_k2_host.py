@@ -499,7 +499,7 @@ def test_launch_args_split_the_shared_down_and_route_in_the_front():
         assert meta["SDUT"] == plan.hidden // meta["BN"] // 2
         assert meta["FR"] == (0 if hip else 1)
         want = host.front_helpers(experts=plan.experts, shared2=plan.shared2, latent=plan.latent, bnr=meta["BNR"],
-                                  bnf=meta["BNF"], grid=4, helpers=2 + 2 * -(-plan.shared2 // 2 // 512))
+                                  bnf=meta["BNF"], grid=4, helpers=2 + 2 * host.situ_chunks(plan.shared2))
         assert args[-2] == (0 if hip else want) and args[-1] == 0
         launch.set_block(SDU=0, FR=0)
         args, meta = launch.launch_args(rw, *inputs)

@@ -57,6 +57,8 @@ LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 # K2's words of its sync buffer past triton_sync's (host.K2_SYNC_WORDS in all): FR's counts
 # of the router's and the shared gate/up's front tiles stored this launch
 FRONT_ROUTER, FRONT_SHARED = tl.constexpr(4), tl.constexpr(5)
+SITU_CHUNK = tl.constexpr(512)
+"""Columns of the shared experts' SiTU a program writes at a time (M x ceil(S2 / 2 / 512) chunks)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,9 +231,9 @@ def _route_one(r, logit_ptr, bias_ptr, ids_ptr, wts_ptr, owner_ptr, E, TOPK: tl.
 @triton.jit
 def _situ_chunk(sq, gu_ptr, sact_ptr, S2: tl.constexpr, NSC: tl.constexpr, BETA: tl.constexpr,
                 LBETA: tl.constexpr):
-    """Chunk sq (row sq // NSC, 512 columns) of the shared experts' activation bf16(SiTU(gu))."""
+    """Chunk sq (row sq // NSC, SITU_CHUNK columns) of the shared experts' activation bf16(SiTU(gu))."""
     srow = sq // NSC
-    scol = (sq % NSC) * 512 + tl.arange(0, 512)
+    scol = (sq % NSC) * SITU_CHUNK + tl.arange(0, SITU_CHUNK)
     sg = tl.load(gu_ptr + srow * S2 + scol, mask=scol < S2 // 2, other=0.0)
     su = tl.load(gu_ptr + srow * S2 + S2 // 2 + scol, mask=scol < S2 // 2, other=0.0)
     tl.store(sact_ptr + srow * (S2 // 2) + scol, _situ(sg, su, BETA, LBETA).to(tl.bfloat16), mask=scol < S2 // 2)
@@ -468,7 +470,7 @@ def k2_kernel(
     # (the shared experts' SiTU in 512-wide chunks, over the grid, not in every shared-down
     # item: there the operand layout repeats it in every warp, 10 M FP32 instructions a
     # launch at M 8)
-    NSC: tl.constexpr = (S2 // 2 + 511) // 512
+    NSC: tl.constexpr = (S2 // 2 + SITU_CHUNK.value - 1) // SITU_CHUNK.value
     kc = tl.arange(0, KB)
     if PERSISTENT or PHASE == 2:
         if PERSISTENT:
