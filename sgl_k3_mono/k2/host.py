@@ -17,7 +17,7 @@ import torch
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
-from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS, SLICES, seam_part_width, seam_slice
+from sgl_k3_mono.runtime.triton_seam import SLICES, seam_slice
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
@@ -260,9 +260,11 @@ class K2Scratch:
     part2: torch.Tensor
     seam_a: torch.Tensor
     """[M, H] bf16: TP > 1, the split seam's rank-order sum of the o_proj partials."""
+    seam_mix: torch.Tensor
+    """[M, H] fp32: the split seam's mix, between its second and third step."""
     seam_parts: torch.Tensor
-    """[M, SP, seam_part_width(16)] fp32: the split seam's per-slice partial sums (SP at
-    the narrowest slice, the most slices a row can have)."""
+    """[M, SP, 2 * 16 + 1] fp32: the split seam's per-slice partial sums (SP at the
+    narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
     expert_table: torch.Tensor
@@ -287,8 +289,8 @@ class K2Scratch:
             shared_act=torch.empty(m, plan.shared2 // 2, **bf),
             latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf),
-            seam_a=torch.empty(m, h, **bf),
-            seam_parts=torch.empty(m, -(-h // SLICES[0]), seam_part_width(NBB), **f32),
+            seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
+            seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
             sync=torch.zeros(K2_SYNC_WORDS, dtype=torch.int32, device=device),
@@ -799,7 +801,7 @@ class K2Launch:
             w2, w2.stride(0), w2.stride(1), sc2, sc2.stride(0), sc2.stride(1),
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
-            s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_parts, s.seam_counters,
+            s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
             s.expert_table,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
@@ -893,8 +895,8 @@ class K2Launch:
             self._run_triton(args, meta, PHASE=-1)
             return out
         for p in range(len(PHASES)) if phase == "all" else (int(phase),):
-            # phased, the split seam is SEAM_STEPS launches of phase 1 (its row wait exists
-            # in the persistent launch only)
-            for step in range(SEAM_STEPS) if p == 1 and meta["SEAM_SPLIT"] else (0,):
+            # phased, the split seam is three launches of phase 1 (its row waits exist in
+            # the persistent launch only)
+            for step in range(3) if p == 1 and meta["SEAM_SPLIT"] else (0,):
                 self._run_triton(args, meta, PHASE=p, SEAM_STEP=step)
         return out

@@ -13,7 +13,7 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              mix (bf16 on sm_90); input RMSNorm -> h [M, H] bf16. On a block-write
              layer p goes into bank row nvb (the residual restarts), otherwise into the
              caller's residual tensor. SEAM_SPLIT: each row over SP programs, one H-slice
-             each, with a row-local wait (see the split seam below); else one program a row.
+             each, with row-local waits (see the split seam below); else one program a row.
  1 "in_proj" h @ [qkvg | f_a | b]^T -> proj [M, 4P + D + h] bf16. This phase reads
              ~90 MB at TP 8 and sets the speed: the rows of the three weights are cut
              into row tiles of BN_EFF rows (chosen so the tiles cover the grid in as few
@@ -436,7 +436,7 @@ def k1_kernel(
     if (PHASE == -1) and SEAM_SPLIT:
         split_seam_persistent(pid, M, nvb, eps,
                               prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                              wproj_ptr, wsn_ptr, won_ptr, h_ptr, spart_ptr, scnt_ptr,
+                              wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
                               t0, deadline_ns, err_addr, rank, layer,
                               H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP,
                               0, 0)  # launch K1 (LAUNCH_ID), phase seam
@@ -444,7 +444,7 @@ def k1_kernel(
         if pid < M * SP:
             split_seam_step(pid, M, nvb, eps,
                             prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                            wproj_ptr, wsn_ptr, won_ptr, h_ptr, spart_ptr,
+                            wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                             SEAM_STEP, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
     elif (PHASE == -1) or (PHASE == 0):
         _phase_seam(pid, nprog, M, nvb, eps,

@@ -6,7 +6,7 @@ tests run K2 that way on the CPU, and the benchmark times the phases that way.
 
   0 o_proj       a_r = bf16(o_r @ Wo^T)                     tiles of H rows of Wo
   1 seam         a = bf16(sum_r a_r); p = bf16(p + a); h2 = norm(Agg(bank, p))   each row over SP programs
-                 (SEAM_SPLIT, runtime/triton_seam.py: one H-slice each, a row-local wait) or one program a row
+                 (SEAM_SPLIT, runtime/triton_seam.py: one H-slice each, row-local waits) or one program a row
   2 front        [shared gate_up | router | latent down] @ h2     tiles of the merged rows
   3 route        top-k of one row a program; owner[e] = first (row, slot) naming e;
                  the shared experts' activation sact = bf16(SiTU(gu))   (512-wide chunks)
@@ -140,7 +140,7 @@ def _wait_peers(flag_ptr, slot, tag, TP: tl.constexpr, t0, deadline_ns, err_addr
 
 @triton.jit
 def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr, prefix_ptr, bank_ptr,
-                p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, spart_ptr, scnt_ptr,
+                p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
                 t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr, PERSISTENT: tl.constexpr,
@@ -149,7 +149,7 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
     slice pid % SP), through the split seam K1 runs too: a (at TP > 1 this slice's
     rank-order sum of the peers' partials, bf16, into sa) is the contribution added to
     the prefix (has_prefix) or is p itself; p goes to p_ptr, h2 to h2_ptr. PERSISTENT:
-    both steps with the row wait; else step STEP alone (the phased launch)."""
+    all three steps with the row waits; else step STEP alone (the phased launch)."""
     if pid < M * SP:
         contrib = part1_ptr
         if TP > 1:
@@ -165,17 +165,17 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
                 tl.debug_barrier()  # the seam's first step reads the slice back in its own layout
         if has_prefix != 0:
             _seam_steps(pid, M, nvb, prefix_ptr, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
-                        h2_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                        h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                         H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP)
         else:  # a block write restarted the residual: p = a
             _seam_steps(pid, M, nvb, contrib, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
-                        h2_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                        h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                         H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP)
 
 
 @triton.jit
 def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
-                h2_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
+                h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, HAS_CONTRIB: tl.constexpr, PERSISTENT: tl.constexpr,
                 STEP: tl.constexpr, HIP: tl.constexpr):
@@ -183,12 +183,12 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
     split seam's residual row), the bank rows [M, NB, H], h2 out."""
     if PERSISTENT:
         split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
-                              proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, spart_ptr, scnt_ptr,
+                              proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
                               t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
                               HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
     else:
         split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
-                        proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, spart_ptr,
+                        proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         STEP, H, NBB, BS, SP, SPP, HAS_CONTRIB, False, True, MIX_BF16)
 
 
@@ -312,7 +312,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, spart_ptr, scnt_ptr, etab_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, etab_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -418,7 +418,7 @@ def k2_kernel(
                     _wait_peers(flag_ptr, epoch % 2, tag, TP, t0, deadline_ns, err_addr, rank, layer, 1, HIP)
         if SEAM_SPLIT:
             _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr,
-                        prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, spart_ptr,
+                        prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
                         PERSISTENT, SEAM_STEP, HIP)
         else:
