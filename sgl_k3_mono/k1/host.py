@@ -329,7 +329,7 @@ class K1Scratch:
     counters: torch.Tensor
     """[M * h] int32: V-slices done per (row, head); the last one resets it to 0."""
     seam_parts: torch.Tensor
-    """[M, SP, 2 * NBP + 1] fp32: the split seam's per-slice partial sums."""
+    """[M, SP, seam_part_width(NBP)] fp32: the split seam's per-slice partial sums."""
     seam_counters: torch.Tensor
     """[M] int32: the split seam's row-local arrivals (reset to 0 after the grid barrier)."""
     sync: torch.Tensor
@@ -340,6 +340,7 @@ class K1Scratch:
     @classmethod
     def allocate(cls, plan: K1Plan, device, record: Optional[ErrorRecord] = None) -> "K1Scratch":
         from sgl_k3_mono.k1.triton.kernel import PHASES
+        from sgl_k3_mono.runtime.triton_seam import seam_part_width
 
         m = plan.rows
         cx = plan.constexprs()
@@ -349,7 +350,7 @@ class K1Scratch:
             h=torch.full((m, plan.hidden), nan, **bf), mix=torch.full((m, plan.hidden), nan, **f32),
             proj=torch.full((m, plan.proj_cols), nan, **bf), opre=torch.full((m, plan.proj), nan, **bf),
             counters=torch.zeros(m * plan.heads, dtype=torch.int32, device=device),
-            seam_parts=torch.full((m, cx["SP"], 2 * cx["NBP"] + 1), nan, **f32),
+            seam_parts=torch.full((m, cx["SP"], seam_part_width(cx["NBP"])), nan, **f32),
             seam_counters=torch.zeros(m, dtype=torch.int32, device=device),
             sync=torch.zeros(4, dtype=torch.int32, device=device),
             record=record if record is not None else ErrorRecord({"k1": PHASES}),
@@ -501,14 +502,15 @@ def _l2_next(plan: K1Plan, t: Optional[torch.Tensor], sc: K1Scratch) -> tuple[tu
 def _launch_triton(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
                    deadline_s: float) -> None:
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
+    from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS
 
     args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=deadline_s)
     if phases == (-1,) and io.out.is_cuda:
         scratch.record.watch()
     for phase in phases:
-        # the split seam runs as three launches of phase 0 when phased (its row waits
+        # the split seam runs as SEAM_STEPS launches of phase 0 when phased (its row waits
         # exist in the persistent launch only)
-        for step in (range(3) if phase == 0 and meta["SEAM_SPLIT"] else (0,)):
+        for step in (range(SEAM_STEPS) if phase == 0 and meta["SEAM_SPLIT"] else (0,)):
             if meta["CARVE"]:  # a function attribute: set once a compiled kernel, before its first launch
                 from sgl_k3_mono.runtime.triton_smem import fit_carveout
 
@@ -520,6 +522,7 @@ def compile_k1(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, la
     """Compile the persistent Triton launch run_k1 would run for this layer into Triton's
     cache, without running it (the benchmarks' parallel pre-compile)."""
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
+    from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS
 
     args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=DEFAULT_DEADLINE_S)
     k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=-1, SEAM_STEP=0)

@@ -17,7 +17,7 @@ import torch
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
-from sgl_k3_mono.runtime.triton_seam import SLICES, seam_slice
+from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS, SLICES, seam_part_width, seam_slice
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
@@ -263,8 +263,8 @@ class K2Scratch:
     seam_mix: torch.Tensor
     """[M, H] fp32: the split seam's mix, between its second and third step."""
     seam_parts: torch.Tensor
-    """[M, SP, 2 * 16 + 1] fp32: the split seam's per-slice partial sums (SP at the
-    narrowest slice, the most slices a row can have)."""
+    """[M, SP, seam_part_width(16)] fp32: the split seam's per-slice partial sums (SP at
+    the narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
     expert_table: torch.Tensor
@@ -290,7 +290,7 @@ class K2Scratch:
             latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf),
             seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
-            seam_parts=torch.empty(m, -(-h // SLICES[0]), 2 * NBB + 1, **f32),
+            seam_parts=torch.empty(m, -(-h // SLICES[0]), seam_part_width(NBB), **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
             sync=torch.zeros(K2_SYNC_WORDS, dtype=torch.int32, device=device),
@@ -895,8 +895,8 @@ class K2Launch:
             self._run_triton(args, meta, PHASE=-1)
             return out
         for p in range(len(PHASES)) if phase == "all" else (int(phase),):
-            # phased, the split seam is three launches of phase 1 (its row waits exist in
-            # the persistent launch only)
-            for step in range(3) if p == 1 and meta["SEAM_SPLIT"] else (0,):
+            # phased, the split seam is SEAM_STEPS launches of phase 1 (its row waits exist
+            # in the persistent launch only)
+            for step in range(SEAM_STEPS) if p == 1 and meta["SEAM_SPLIT"] else (0,):
                 self._run_triton(args, meta, PHASE=p, SEAM_STEP=step)
         return out

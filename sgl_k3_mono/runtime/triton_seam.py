@@ -22,6 +22,8 @@ from sgl_k3_mono.runtime.triton_sync import wait_geq
 
 SLICES = (256, 512)
 """The split seam's slice widths, narrowest first."""
+SEAM_STEPS = 3
+"""The split seam's steps (A, C, D): its launches of the seam's phase when a launch runs phased."""
 
 
 def seam_slice(rows: int, hidden: int, grid: int) -> int:
@@ -31,6 +33,12 @@ def seam_slice(rows: int, hidden: int, grid: int) -> int:
         if rows * -(-hidden // bs) <= grid:
             return bs
     return 0
+
+
+def seam_part_width(nbp: int) -> int:
+    """fp32 words of one slice's partials: NBP score dots, NBP sums of squares, the mix's
+    sum of squares."""
+    return 2 * nbp + 1
 
 
 @triton.jit
@@ -64,7 +72,7 @@ def split_seam_step(pid, M, nvb, eps,
                     SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
                     WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
     """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
-    live in spart [M, SP, 2 * NBP + 1] fp32: score dots, sums of squares, mix sum of squares."""
+    live in spart [M, SP, seam_part_width(NBP)] fp32."""
     row = pid // SP
     sl = pid % SP
     cols = sl * BS + tl.arange(0, BS)

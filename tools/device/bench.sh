@@ -31,7 +31,9 @@
 #   bash tools/device/bench.sh fr2       # FR and SDUQ 6 the default: every K2 GPU test and the step file, then the
 #                                        # A/B against FR 0, BNR 64, SDUQ 16 (~9 min)
 #   bash tools/device/bench.sh fr3       # the head's K2 under every K2 GPU test and the step file, then the A/B
-#                                        # against BNR 16 and FR 0 (~9 min; not run yet)
+#                                        # against BNR 16 and FR 0 (~9 min)
+#   AB_OLD=DIR bash tools/device/bench.sh ab-tree  # every K1 GPU test and K2's small and real groups, then K2 and
+#                                        # K1 timed here against the tree in DIR (~8 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -230,15 +232,42 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr2 60 mxfp4 1,2,4,8 "" FR=0 BNR=64 SDUQ=16
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
-  fr3)  # next: the head's K2 (FR's first helper a runtime argument, frh) under every K2 GPU test and the
-        # step file beside the warm step; then the default against 16-row router / shared tiles (BNR 16:
-        # the routing starts sooner, the front deals more tiles) and FR 0 (~9 min); `bench.sh step` after
+  fr3)  # twenty-fourth session, first call (on e82cd8d): the head's K2 (FR's first helper a runtime argument,
+        # frh) under every K2 GPU test and the step file beside the warm step; then the default against
+        # 16-row router / shared tiles (BNR 16: the routing starts sooner, the front deals more tiles) and FR 0
     ( t forward-gpu 470 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
     p0=$!
     k2_gpu_tests 470 &
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr3 60 mxfp4 1,2,4,8 "" BNR=16 FR=0
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
+  ab-tree)  # this tree against another (AB_OLD: that tree's sgl_k3_mono and configs, `git archive` into an
+             # ignored folder and carried), for a change no block option can switch: every K1 GPU test and K2's
+             # small and real groups on this tree beside the warm steps, then K2 (traced) and K1 timed here and
+             # there one after the other (K2 new / old / new, K1 new / old) (~8 min). Ran once: the twenty-fourth
+             # session's two-step split seam against e82cd8d (k2-sm90.md; the seam lost and was reverted)
+    old=${AB_OLD:?AB_OLD: the tree to time against}
+    ( OMP_NUM_THREADS=2 t k1-gpu 430 tests/launch/test_k1.py -k "not interpret" ) > "$OUT/k1-gpu.out" 2>&1 &
+    p0=$!
+    ( OMP_NUM_THREADS=2 t k2-small 430 tests/launch/test_k2.py -k "gpu_small" &
+      OMP_NUM_THREADS=2 t k2-real 430 tests/launch/test_k2.py -k "gpu_real" & wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
+    p1=$!
+    k2w="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --trace --warm-only --block ''"
+    k1w="timeout 300 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --warm-only"
+    warm "$OUT/ab-warm.log" "$k2w" "$k1w" "cd $old && PYTHONPATH=/tmp/site:\$PWD $k2w" \
+      "cd $old && PYTHONPATH=/tmp/site:\$PWD $k1w"
+    wait $p0 $p1
+    k2t="timeout 80 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --no-phases --trace"
+    k1t="timeout 80 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases"
+    for tree in new old new; do
+      d=.; [ $tree = old ] && d=$old
+      echo "== K2 $tree"; ( cd $d && PYTHONPATH=/tmp/site:$PWD $k2t 2>&1 | grep -E "K2BENCH|K2TRACE|K2WORK|Error" )
+    done | tee "$OUT/k2-ab.log"
+    for tree in new old; do
+      d=.; [ $tree = old ] && d=$old
+      echo "== K1 $tree"; ( cd $d && PYTHONPATH=/tmp/site:$PWD $k1t 2>&1 | tail -9 )
+    done | tee "$OUT/k1-ab.log"
+    cat "$OUT/k1-gpu.out" "$OUT/k2-one-gpu.out" ;;
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
@@ -254,5 +283,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ab-tree|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
