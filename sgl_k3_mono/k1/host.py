@@ -522,7 +522,6 @@ def compile_k1(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, la
     """Compile the persistent Triton launch run_k1 would run for this layer into Triton's
     cache, without running it (the benchmarks' parallel pre-compile)."""
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
-    from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS
 
     args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=DEFAULT_DEADLINE_S)
     k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=-1, SEAM_STEP=0)
