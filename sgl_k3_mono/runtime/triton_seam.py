@@ -24,6 +24,7 @@ SLICES = (256, 512)
 """The split seam's slice widths, narrowest first."""
 SEAM_STEPS = 3
 """The split seam's steps (A, C, D): its launches of the seam's phase when a launch runs phased."""
+_STEPS = tl.constexpr(SEAM_STEPS)  # the same, for the device code
 
 
 def seam_slice(rows: int, hidden: int, grid: int) -> int:
@@ -37,7 +38,7 @@ def seam_slice(rows: int, hidden: int, grid: int) -> int:
 
 def seam_part_width(nbp: int) -> int:
     """fp32 words of one slice's partials: NBP score dots, NBP sums of squares, the mix's
-    sum of squares."""
+    sum of squares (split_seam_step's PW, the layout it writes)."""
     return 2 * nbp + 1
 
 
@@ -78,7 +79,7 @@ def split_seam_step(pid, M, nvb, eps,
     cols = sl * BS + tl.arange(0, BS)
     cm = cols < H
     rj = tl.arange(0, NBP)
-    PW: tl.constexpr = 2 * NBP + 1
+    PW: tl.constexpr = 2 * NBP + 1  # seam_part_width(NBP)
     mine = spart_ptr + (row * SP + sl) * PW
     p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
     if STEP == 0:
@@ -131,11 +132,11 @@ def split_seam_persistent(pid, M, nvb, eps,
     puts the row counters back to 0 after its next grid barrier."""
     if pid < M * SP:
         cnt = scnt_ptr + pid // SP
-        for step in tl.static_range(3):
+        for step in tl.static_range(_STEPS):
             split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
                              resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                              step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
-            if step < 2:
+            if step < _STEPS - 1:
                 tl.debug_barrier()
                 tl.atomic_add(cnt, 1, sem="release", scope="gpu")
                 wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
