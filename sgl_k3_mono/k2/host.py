@@ -270,6 +270,9 @@ class K2Scratch:
     expert_table: torch.Tensor
     """int32 [expert_table_words]: the step's distinct experts and, per expert and row, the
     slot naming it (XET; triton/routing.write_expert_table), rewritten every launch."""
+    latent_ssq: torch.Tensor
+    """[latent_ssq_slots(L), 16] fp32 (LSQ): each latent tile's share of its rows' sum of
+    squares, written by combine (TP 1) or the reduce (TP > 1), summed by latent_up."""
     sync: torch.Tensor
     """int32 [K2_SYNC_WORDS]: the grid barrier's and the epoch's words (runtime/triton_sync),
     then FR's two front-tile counts (triton/kernel.FRONT_ROUTER / FRONT_SHARED); zero
@@ -293,6 +296,7 @@ class K2Scratch:
             seam_parts=torch.empty(m, -(-h // SLICES[0]), seam_part_width(NBB), **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
+            latent_ssq=torch.empty(latent_ssq_slots(plan.latent), ROW_PAD, **f32),
             sync=torch.zeros(K2_SYNC_WORDS, dtype=torch.int32, device=device),
         )
 
@@ -352,6 +356,11 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tiles end first (front_helpers), each once the tiles it reads are counted stored,
     so no routing phase and no barrier of its own; the router's and the shared gate/up's
     tiles are then BNR rows (half BNF on the tensor cores, BNF as GEMVs), dealt first.
+    LSQ (0 / 1; an option, 0 off, not yet timed): combine (TP 1) or the reduce (TP > 1)
+    leaves each latent tile's share of its rows' sum of squares, so latent_up's norm sums
+    those shares (one fixed order, the same on every program and rank) instead of a
+    pass over the latent, a chain of L2 round trips; the squares are summed in another
+    order, so the norm may differ from LSQ 0's in the last bits.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -647,6 +656,12 @@ def _runs_ptx() -> bool:
     return os.environ.get("TRITON_INTERPRET") != "1"
 
 
+def latent_ssq_slots(latent: int) -> int:
+    """Slots for the latent tiles' sums of squares (LSQ): a power of two covering the most
+    tiles the latent can be cut into (16 columns each, the narrowest tile)."""
+    return _next_pow2(max(latent // 16, 1))
+
+
 def ring_bytes(meta: dict) -> int:
     """Shared memory mma_fp4's ring takes in a launch of these options (0: no ring): the
     deeper of the two expert phases' rings, a stage of RING_STAGE_BYTES_PER_THREAD a thread."""
@@ -775,6 +790,9 @@ class K2Launch:
         if b.get("FR", 0) not in (0, 1):
             raise ValueError(f"K2Launch: FR {b['FR']} is not 0 (a routing phase) or 1 (routing in the front)")
         b["FR"] = int(b.get("FR", 0)) if not self.hip else 0  # measured on sm_90 only
+        if b.get("LSQ", 0) not in (0, 1):
+            raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
+                             "latent's tiles leave their shares)")
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
                                  bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \
             if b["FR"] else 0
@@ -802,7 +820,7 @@ class K2Launch:
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
-            s.expert_table,
+            s.expert_table, s.latent_ssq,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync, b["FRH"], 0,
@@ -828,6 +846,7 @@ class K2Launch:
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
+            LSQ=int(b.get("LSQ", 0)), LSQP=latent_ssq_slots(pl.latent),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

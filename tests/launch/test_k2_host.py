@@ -511,6 +511,28 @@ def test_launch_args_split_the_shared_down_and_route_in_the_front():
         launch.set_block(SDUQ=16, FR=1)
 
 
+def test_latent_ssq_slots_cover_every_tile_and_lsq_is_0_or_1():
+    """LSQ's slots: a power of two at least the latent's 16-column tiles (224 of Kimi-K3's
+    3584 -> 256), at least 1; LSQ passes to the kernel as 0 / 1 and anything else is refused."""
+    import torch
+
+    assert host.latent_ssq_slots(3584) == 256 and host.latent_ssq_slots(64) == 4 and host.latent_ssq_slots(8) == 1
+    rw = _small_rank()
+    plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+    bf = torch.bfloat16
+    inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
+              torch.empty(2, plan.hidden, dtype=bf))
+    launch = host.K2Launch.build(plan, "cpu", impl="triton")
+    for lsq in (0, 1):
+        launch.set_block(LSQ=lsq)
+        _, meta = launch.launch_args(rw, *inputs)
+        assert (meta["LSQ"], meta["LSQP"]) == (lsq, host.latent_ssq_slots(plan.latent))
+        assert launch.scratch.latent_ssq.shape == (host.latent_ssq_slots(plan.latent), host.ROW_PAD)
+    launch.set_block(LSQ=2)
+    with pytest.raises(ValueError, match="LSQ"):
+        launch.launch_args(rw, *inputs)
+
+
 def test_scalars_that_change_between_layers_are_not_specialised():
     """Every integer argument that differs between two layers' launches (the layer index,
     the bank rows in use, the rank, a stall switch) is one Triton does not specialise:

@@ -312,7 +312,7 @@ def k2_kernel(
     wsd_ptr, s_wsd, lnorm_ptr, wup_ptr, s_wup,
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
-    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, etab_ptr,
+    sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, etab_ptr, lsq_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -340,7 +340,8 @@ def k2_kernel(
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
-    XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64,
+    XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -348,6 +349,7 @@ def k2_kernel(
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     PERSISTENT: tl.constexpr = PHASE < 0
+    BC: tl.constexpr = 64 if BL > 64 else BL  # combine's latent tile
     SKIP: tl.constexpr = 1 if FR and PHASE < 0 else 0  # FR: no routing barrier, so one barrier fewer from there
     NHT: tl.constexpr = (H + BNH - 1) // BNH  # o_proj / latent_up tiles over H
     # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
@@ -719,8 +721,7 @@ def k2_kernel(
             _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
-        # its own tile width: the experts' BL (256 with mma_fp4) left 14 programs at work
-        BC: tl.constexpr = 64 if BL > 64 else BL
+        # (its own tile width, BC: the experts' BL, 256 with mma_fp4, left 14 programs at work)
         for tile in range(pid, L // BC, nprog):
             rl = tile * BC + tl.arange(0, BC)
             acc = tl.zeros((BM, BC), tl.float32)
@@ -729,6 +730,9 @@ def k2_kernel(
                 yk = tl.load(y_ptr + (rm * TOPK + k)[:, None] * L + rl[None, :], mask=rm[:, None] < M, other=0.0)
                 acc += wk[:, None] * yk.to(tl.float32)
             tl.store(part2_ptr + rm[:, None] * (L + H) + rl[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
+            if LSQ and TP == 1:  # the latent norm's sum of squares, this tile's share a row
+                lb = acc.to(tl.bfloat16).to(tl.float32)
+                tl.store(lsq_ptr + tile * BM + rm, tl.sum(lb * lb, axis=1), mask=rm < M)
         if PERSISTENT:
             _barrier(6, 6 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
@@ -750,6 +754,10 @@ def k2_kernel(
                     peer = tl.load(peer2_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT2
                     acc += tl.load(peer + rm[:, None] * (L + H) + rn[None, :], mask=msk, other=0.0).to(tl.float32)
                 tl.store(red_ptr + rm[:, None] * (L + H) + rn[None, :], acc.to(tl.bfloat16), mask=msk)
+                if LSQ:
+                    if tile < L // BN:  # a latent tile: the norm's sum of squares, its share a row
+                        lb = acc.to(tl.bfloat16).to(tl.float32)
+                        tl.store(lsq_ptr + tile * BM + rm, tl.sum(lb * lb, axis=1), mask=rm < M)
             if PERSISTENT:
                 _barrier(7, 7 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
@@ -764,13 +772,21 @@ def k2_kernel(
         # the two passes took 56 of them)
         xn_ptr = xnorm_ptr + pid * M * L
         if pid < NHT:
-            ssq = tl.zeros((BM,), tl.float32)
-            for k0 in range(0, L, BKN):
-                rk = k0 + tl.arange(0, BKN)
-                lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < L),
-                              other=0.0)
-                lat = lat.to(tl.float32)
-                ssq += tl.sum(lat * lat, axis=1)
+            if LSQ:  # the tiles' shares combine (TP 1) or reduce (TP > 1) wrote, summed in one fixed order
+                NLT: tl.constexpr = L // BC if TP == 1 else L // BN
+                tl.static_assert(NLT <= LSQP, "the latent's tiles outnumber the sum-of-squares slots")
+                qt = tl.arange(0, LSQP)
+                ssq = tl.sum(tl.load(lsq_ptr + qt[:, None] * BM + rm[None, :],
+                                     mask=(qt[:, None] < NLT) & (rm[None, :] < M), other=0.0, cache_modifier=".cg"),
+                             axis=0)
+            else:
+                ssq = tl.zeros((BM,), tl.float32)
+                for k0 in range(0, L, BKN):
+                    rk = k0 + tl.arange(0, BKN)
+                    lat = tl.load(red + rm[:, None] * (L + H) + rk[None, :],
+                                  mask=(rm[:, None] < M) & (rk[None, :] < L), other=0.0)
+                    lat = lat.to(tl.float32)
+                    ssq += tl.sum(lat * lat, axis=1)
             rstd = 1.0 / tl.sqrt(ssq / L + EPS)
             for k0 in range(0, L, BKN):
                 rk = k0 + tl.arange(0, BKN)
