@@ -356,17 +356,19 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     tiles end first (front_helpers), each once the tiles it reads are counted stored,
     so no routing phase and no barrier of its own; the router's and the shared gate/up's
     tiles are then BNR rows (half BNF on the tensor cores, BNF as GEMVs), dealt first.
-    LSQ (0 / 1; an option, 0 off, not yet timed): combine (TP 1) or the reduce (TP > 1)
-    leaves each latent tile's share of its rows' sum of squares, so latent_up's norm sums
-    those shares (one fixed order, the same on every program and rank) instead of a
-    pass over the latent, a chain of L2 round trips; the squares are summed in another
-    order, so the norm may differ from LSQ 0's in the last bits.
+    LSQ (0 / 1; sm_90; 1 from 2 rows): combine (TP 1) or the reduce (TP > 1) leaves each
+    latent tile's share of its rows' sum of squares, so latent_up's norm sums those
+    shares (one fixed order, the same on every program and rank) instead of a pass over
+    the latent, a chain of L2 round trips; the squares are summed in another order, so
+    the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
+    MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
+    rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
     t = dict(DENSE_GEMV=int(dense_gemv), EXPERT_GEMV=int(expert_gemv), MX4D=1, STAGES=3, num_warps=num_warps, MMA=0,
-             SEAM_SPLIT=1, SDU=-1, FR=1)
+             SEAM_SPLIT=1, SDU=-1, FR=1, LSQ=int(rows >= 2))
     if dense_gemv:
         t.update(BN=16, BK=clamp(budget // (rb * 16), 64, 512))
     else:
@@ -793,6 +795,7 @@ class K2Launch:
         if b.get("LSQ", 0) not in (0, 1):
             raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
                              "latent's tiles leave their shares)")
+        b["LSQ"] = int(b.get("LSQ", 0)) if not self.hip else 0  # measured on sm_90 only
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
                                  bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \
             if b["FR"] else 0
@@ -846,7 +849,7 @@ class K2Launch:
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
-            LSQ=int(b.get("LSQ", 0)), LSQP=latent_ssq_slots(pl.latent),
+            LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta
