@@ -245,9 +245,9 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-fr3 60 mxfp4 1,2,4,8 "" BNR=16 FR=0
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
-  lsq)  # latent_up's norm from the latent tiles' shares of the sum of squares (LSQ, an option; never run yet):
-        # every K2 GPU group beside the warm step (LSQ cases in the small and real groups), then the default
-        # against LSQ=1, traced (~9 min)
+  lsq)  # latent_up's norm from the latent tiles' shares of the sum of squares (LSQ; ran as an option in the
+        # twenty-fifth session, then made the default from 2 rows): every K2 GPU group beside the warm step, then
+        # the default against LSQ=1, traced (~9 min)
     k2_gpu_tests 470 &
     p1=$!
     K2_WAIT="$p1" K2_EXTRA=--trace k2_sweep k2-lsq 80 mxfp4 1,2,4,8 "" LSQ=1
