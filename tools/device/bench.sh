@@ -38,6 +38,7 @@
 #                                        # K2 GPU group, then the default against LSQ=1 (~9 min)
 #   bash tools/device/bench.sh lsq2      # LSQ the default from 2 rows: every K2 GPU test and the step file, then
 #                                        # the default against LSQ=0 (~9 min)
+#   bash tools/device/bench.sh owed      # K2's rest group and the step file's real bf16 case, side by side (~7 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -260,6 +261,15 @@ case "${1:-}" in
     p1=$!
     K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-lsq2 60 mxfp4 1,2,4,8 "" LSQ=0
     cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
+  owed)  # what the twenty-fifth session's calls left unrun on LSQ's default (5fca291): K2's rest group (graph
+          # replay, fault injection, phase by phase, routing, smem) and the step file's real bf16 case, side by
+          # side (~7 min); then `bash tools/device/bench.sh step` for the step table on it
+    ( OMP_NUM_THREADS=2 t k2-rest 560 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" ) > "$OUT/k2-rest.out" 2>&1 &
+    p0=$!
+    ( t forward-bf16 560 tests/forward/test_forward_gpu.py -k "real-bf16" ) > "$OUT/forward-bf16.out" 2>&1 &
+    wait $p0 $!
+    cat "$OUT/k2-rest.out" "$OUT/forward-bf16.out" ;;
   ab-tree)  # this tree against another (AB_OLD: that tree's sgl_k3_mono and configs, `git archive` into an
              # ignored folder and carried), for a change no block option can switch: every K1 GPU test and K2's
              # small and real groups on this tree beside the warm steps, then K2 (traced) and K1 timed here and
@@ -302,5 +312,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ab-tree|lsq|lsq2|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ab-tree|lsq|lsq2|owed|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac
