@@ -67,11 +67,15 @@ k2_sweep() {
 # $OUT/k2-one-gpu.out (here so that env.sh's install into /tmp/site runs once); a mode runs it in the
 # background beside its warm step and waits for it before timing (K2_WAIT). Under the compiles of two
 # warm steps the rest group needed more than 420 s once (nineteenth session, call 1)
+# k2_rest TIMEOUT: K2's third group (graph replay, fault injection, phase by phase, routing, smem)
+k2_rest() {
+  OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+    tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real"
+}
 k2_gpu_tests() {
   ( OMP_NUM_THREADS=2 t k2-small "$1" tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real "$1" tests/launch/test_k2.py -k "gpu_real" &
-    OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-      tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" &
+    k2_rest "$1" &
     wait ) > "$OUT/k2-one-gpu.out" 2>&1
 }
 case "${1:-}" in
@@ -264,8 +268,7 @@ case "${1:-}" in
   owed)  # what the twenty-fifth session's calls left unrun on LSQ's default (5fca291): K2's rest group (graph
           # replay, fault injection, phase by phase, routing, smem) and the step file's real bf16 case, side by
           # side (~7 min); then `bash tools/device/bench.sh step` for the step table on it
-    ( OMP_NUM_THREADS=2 t k2-rest 560 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-        tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real" ) > "$OUT/k2-rest.out" 2>&1 &
+    k2_rest 560 > "$OUT/k2-rest.out" 2>&1 &
     p0=$!
     ( t forward-bf16 560 tests/forward/test_forward_gpu.py -k "real-bf16" ) > "$OUT/forward-bf16.out" 2>&1 &
     wait $p0 $!
