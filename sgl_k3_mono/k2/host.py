@@ -538,16 +538,14 @@ def _l2_cut_fits(row_bytes: int, rows: int, threads: int) -> bool:
     return row_bytes % (16 * pieces) == 0
 
 
-def _prefetch_bytes(b: dict, width: int, *, ptx: bool, key: str = "PF", rows_key: str = "BNF") -> int:
-    """An L2 prefetch's bytes a bf16 weight row (b[key]; 0: none) as the kernel can take
-    them: whole 16-byte pieces, one a thread over the b[rows_key] rows of a tile, within the
-    row (`width` bf16). Only where the PTX runs (sm_90, not the interpreter). PF: the
-    front's rows during the seam (the row is H wide, its tile BNF rows); UPF: latent_up's
-    during experts_down or the combine (L wide, BN rows)."""
-    if not ptx or not b.get(key):
+def _prefetch_bytes(b: dict, hidden: int, *, ptx: bool) -> int:
+    """PF (bytes a front weight row prefetched into L2 during the seam; 0: none) as the
+    kernel can take it: whole 16-byte pieces, one a thread over the BNF rows of a tile,
+    within the row (H bf16). Only where the PTX runs (sm_90, not the interpreter)."""
+    if not ptx or not b.get("PF"):
         return 0
-    piece = 16 * max(32 * b["num_warps"] // b.get(rows_key, b["BN"]), 1)
-    return min(int(b[key]), 2 * width) // piece * piece
+    piece = 16 * max(32 * b["num_warps"] // b.get("BNF", b["BN"]), 1)
+    return min(int(b["PF"]), 2 * hidden) // piece * piece
 
 
 def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, inter: int,
@@ -583,12 +581,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")
-    if b.get("XDE", 0) not in (0, 1, 2, 3, 4):  # experts_down's first items asked of L2 in experts_up
-        raise ValueError(f"K2 tiles: XDE={b['XDE']}; experts_up asks L2 for 0..4 of a program's experts_down "
-                         "items")
-    if b.get("UPFP", 5) not in (5, 6) or int(b.get("UPF", 0)) < 0:  # latent_up's rows asked of L2 early
-        raise ValueError(f"K2 tiles: UPF={b.get('UPF', 0)}, UPFP={b.get('UPFP', 5)}; latent_up's rows are asked "
-                         "of L2 (UPF >= 0 bytes a row) as experts_down (5) or the combine (6) starts")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -607,9 +599,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("XL2") and not (b.get("MMA") and _l2_cut_fits(latent // 2, b["BI"], 32 * b["num_warps"])
                              and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
         b["XL2"] = 0  # an expert row the prefetch cannot cut into whole 16-byte pieces a thread
-    if b.get("XDE") and not (b.get("MMA") and not b.get("XDB")
-                             and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
-        b["XDE"] = 0  # (XDB deals experts_down's items in runs: the prefetch names the round-the-grid ones)
     while b["BN"] > 16 and any(v % b["BN"] for v in (hidden, shared2, experts, latent)):
         b["BN"] //= 2
     # the front's own output tile (default BN): [S2 | E | L] in 64-row tiles is 94 items at
@@ -789,10 +778,6 @@ class K2Launch:
         front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
         b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and _runs_ptx()
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
-        up = w.moe.latent_up
-        b["UPF"] = _prefetch_bytes(b, pl.latent, ptx=not self.hip and _runs_ptx() and up.data_ptr() % 16 == 0
-                                   and up.stride(0) % 8 == 0, key="UPF", rows_key="BN")
-        b["XDE"] = int(b.get("XDE", 0)) if b.get("MMA") else 0  # (MMA: a device that runs the PTX)
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
             b["SDU"] = 2 * int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
@@ -864,7 +849,7 @@ class K2Launch:
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
-            LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), XDE=b["XDE"], UPF=b["UPF"], UPFP=int(b.get("UPFP", 5)),
+            LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

@@ -342,25 +342,6 @@ def test_front_prefetch_bytes_fit_the_threads_and_the_row():
     assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
 
 
-def test_latent_up_prefetch_and_early_down_rows_fit_or_refuse():
-    """UPF (off by default): bytes of each latent_up weight row asked into L2 as experts_down
-    (UPFP 5) or the combine (6) starts, cut over the BN rows of its tile like PF; XDE (off):
-    experts_up asks L2 for a program's first 1..4 experts_down items, on the mma path only
-    and not where XDB deals the items in runs."""
-    one = dict(host.default_tiles(1, mxfp4=True, mma=True), UPF=3000)  # BN 16, 8 warps: 16 pieces a row
-    assert host._prefetch_bytes(one, 3584, ptx=True, key="UPF", rows_key="BN") == 2816
-    assert host._prefetch_bytes(dict(one, UPF=10 ** 6), 3584, ptx=True, key="UPF", rows_key="BN") == 7168
-    assert host._prefetch_bytes(one, 3584, ptx=False, key="UPF", rows_key="BN") == 0
-    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    t = host.default_tiles(1, mxfp4=True, mma=True)
-    assert host.fit_tiles(dict(t, XDE=2), **fit)["XDE"] == 2
-    assert host.fit_tiles(dict(t, XDE=2, XDB=1), **fit)["XDE"] == 0
-    assert host.fit_tiles(dict(t, XDE=2), **dict(fit, mma=False))["XDE"] == 0
-    for bad in (dict(XDE=5), dict(UPF=256, UPFP=7), dict(UPF=-16)):
-        with pytest.raises(ValueError):
-            host.fit_tiles(dict(t, **bad), **fit)
-
-
 def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
     """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
     SMs): BN unless set, and halved until it divides S2, E and L."""

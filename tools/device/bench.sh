@@ -39,9 +39,6 @@
 #   bash tools/device/bench.sh lsq2      # LSQ the default from 2 rows: every K2 GPU test and the step file, then
 #                                        # the default against LSQ=0 (~9 min)
 #   bash tools/device/bench.sh owed      # K2's rest group and the step file's real bf16 case, side by side (~7 min)
-#   bash tools/device/bench.sh upf       # L2 prefetches phases ahead: experts_down's rows in experts_up (XDE),
-#                                        # latent_up's as experts_down or the combine starts (UPF): the A/B,
-#                                        # then the options test (~8 min)
 #   bash tools/device/bench.sh dense     # K2's dense phases: latent_up's norm chunk (BKN) and BK 256 against the
 #                                        # experts_down ring at 3 to 8 rows, every K2 GPU test beside it (~9 min)
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -276,13 +273,6 @@ case "${1:-}" in
     ( t forward-bf16 560 tests/forward/test_forward_gpu.py -k "real-bf16" ) > "$OUT/forward-bf16.out" 2>&1 &
     wait $p0 $!
     cat "$OUT/k2-rest.out" "$OUT/forward-bf16.out" ;;
-  upf)  # twenty-sixth session: L2 prefetches a phase or more ahead where the expert phases leave HBM idle:
-        # experts_down's first items' rows in experts_up (XDE) and latent_up's rows as experts_down (UPFP 5) or
-        # the combine (6) starts (UPF bytes a row): the A/B, traced, then the options test (their bitwise rows
-        # first) in the call's rest (~8 min)
-    K2_EXTRA=--trace k2_sweep k2-upf 150 mxfp4 1,2,4,8 "" XDE=1 XDE=2 UPF=3584 UPF=3584,UPFP=6 UPF=7168,UPFP=6 \
-      XDE=2,UPF=3584
-    OMP_NUM_THREADS=2 t k2-opts 300 tests/launch/test_k2.py -k "expert_options" ;;
   ab-tree)  # this tree against another (AB_OLD: that tree's sgl_k3_mono and configs, `git archive` into an
              # ignored folder and carried), for a change no block option can switch: every K1 GPU test and K2's
              # small and real groups on this tree beside the warm steps, then K2 (traced) and K1 timed here and
@@ -325,5 +315,5 @@ case "${1:-}" in
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ab-tree|lsq|lsq2|owed|upf|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|sweep|sweep-k1|sweep-experts|defaults|ring|carve|k1-carve-warm|k1-carve|dense|sdu|xdb|l2b|xet|xet2|work|fr|fr2|fr3|ab-tree|lsq|lsq2|owed|ncu-mem|trace|k2 ..." >&2; exit 2 ;;
 esac

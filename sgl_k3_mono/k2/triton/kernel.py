@@ -253,18 +253,6 @@ def _l2_expert_rows(w_ptr, s_n, r0, SECOND: tl.constexpr, R: tl.constexpr, BYTES
 
 
 @triton.jit
-def _l2_latent_up(pid, nprog, wup_ptr, s_wup, H: tl.constexpr, BN: tl.constexpr, BNH: tl.constexpr,
-                  NHT: tl.constexpr, UPF: tl.constexpr, NT: tl.constexpr):
-    """Ask L2 for the first UPF bytes of each latent_up weight row this program's tiles
-    own (UPF 0: nothing), phases ahead: the expert phases and the combine leave HBM idle
-    at few rows while latent_up's bf16 weights, known from the start, wait for the latent."""
-    if UPF > 0:
-        for tile in range(pid, NHT, nprog):
-            n0, nend = _h_tile(tile, H, BN, BNH)
-            l2_prefetch_rows(wup_ptr + n0.to(tl.int64) * s_wup, s_wup * 2, tl.minimum(nend - n0, BNH), BN, UPF, NT)
-
-
-@triton.jit
 def _shared_down_tile(tile, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H: tl.constexpr, L: tl.constexpr,
                       S2: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
                       DENSE_GEMV: tl.constexpr):
@@ -353,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, XDE: tl.constexpr = 0, UPF: tl.constexpr = 0, UPFP: tl.constexpr = 5,
+    LSQP: tl.constexpr = 256,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -553,13 +541,6 @@ def k2_kernel(
             _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         n_up = n_e * (I // BI)
-        if XDE > 0:  # a latency-bound experts_up leaves HBM idle: ask L2 now for the weight rows of
-            # this program's first XDE experts_down items (dealt round the grid: pid, pid + nprog, ..)
-            for q in tl.static_range(XDE):
-                dn = pid + q * nprog
-                if dn < n_e * (L // BL):
-                    _l2_expert_rows(w2_ptr + nth_expert(ids, first, number, dn // (L // BL)).to(tl.int64) * s2_e,
-                                    s2_n, (dn % (L // BL)) * BL, 0, BL, I // 2, NT)
         # SDU: the shared experts' down tiles ride here (item n_up + t is tile t), on programs
         # the routed items leave idle (48 items for 132 programs at M 1). SDU 1: they follow
         # the routed items round the grid, so once they outnumber the idle programs a program
@@ -653,8 +634,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
             _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if UPFP == 5:
-                _l2_latent_up(pid, nprog, wup_ptr, s_wup, H, BN, BNH, NHT, UPF, NT)
         if XET:  # phase 4's expert table (mma_fp4 only: host.fit_tiles)
             n_e = tl.load(etab_ptr)
         else:
@@ -740,8 +719,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 6:
         if PERSISTENT:
             _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if UPFP == 6:
-                _l2_latent_up(pid, nprog, wup_ptr, s_wup, H, BN, BNH, NHT, UPF, NT)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
         # (its own tile width, BC: the experts' BL, 256 with mma_fp4, left 14 programs at work)
