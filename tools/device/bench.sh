@@ -4,6 +4,7 @@
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
+#   bash tools/device/bench.sh stages    # K2's dense pipeline depth, STAGES 4-6 against 3 (~5 min; never run yet)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate: every K2 GPU test and the step file beside
 #                                        # the warm step, then the default against BLOCK... (its neighbours),
 #                                        # traced (~9 min)
@@ -74,6 +75,15 @@ case "${1:-}" in
              # ~2 s a timed block)
     k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 KUD=3 SEAM_SPLIT=0 KSX=2 \
       KSX=-1 DENSE_GEMV=0 BN=64,BK=128 ;;
+  stages)  # the dense phases' pipeline depth (STAGES: the cp.async stages of the GEMV and tensor-core K loops of
+           # o_proj, the front, the shared down and latent_up; 3 the default): 2 lost everywhere (fifteenth
+           # session: the front 56 us against 26-33), 4 was 3-5 us faster at 1 row on the seventh session's
+           # 172 us launch and never timed since. The default against 4, 5 and 6 where they fit the SM's shared
+           # memory (a CPU compile, twenty-sixth session: 6 only at 1 row, 5 not at 2 rows), traced (~5 min;
+           # never run yet)
+    K2_EXTRA=--trace k2_sweep k2-stages 150 mxfp4 1,2,4,8 "" STAGES=4
+    K2_EXTRA=--trace k2_sweep k2-stages5 100 mxfp4 1,4,8 "" STAGES=5
+    K2_EXTRA=--trace k2_sweep k2-stages6 60 mxfp4 1 "" STAGES=6 ;;
   gate)  # a new K2 default's gate (what fr2, fr3, xet2 and lsq2 ran): the step file and every K2 GPU group on
          # this tree beside the warm step, then the default against the blocks given (its neighbours), traced
     shift
@@ -143,5 +153,5 @@ case "${1:-}" in
           | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|ERROR|Error" )
     done | tee "$OUT/ncu-mem.log" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|trace|defaults|gate|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|trace|defaults|stages|gate|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2; exit 2 ;;
 esac
