@@ -341,7 +341,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma the tensor-core dense
     phases step BK 256 at every row count (default_tiles says what was measured). BKN:
-    latent_up's RMSNorm chunk (unset: norm_chunk's). XL2B / XL2BD (0 none; 128 or 256):
+    latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (an option, 0 off; not yet
+    timed): o_proj's own register tile and K step, where latent_up's tile otherwise sets
+    both (at 1 row 16-row GEMV tiles: 3-4 a program of 3 K steps each, each restarting the
+    load pipeline; a 64-row tile is one a program, one K loop). XL2B / XL2BD (0 none; 128 or 256):
     experts_up's / experts_down's mma_fp4 weight and scale loads (or ring copies) carry
     that prefetch-size hint, so a load that misses L2 brings the aligned segment around it
     in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
@@ -581,6 +584,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")
+    if b.get("BNO", 0) not in (0, 16, 32, 64, 128) or b.get("BKO", 0) not in (0, 64, 128, 256, 512):
+        raise ValueError(f"K2 tiles: BNO={b.get('BNO', 0)}, BKO={b.get('BKO', 0)}; o_proj's own tile takes 16..128 "
+                         "rows and K steps of 64..512 (0: latent_up's tile)")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):
@@ -605,6 +611,10 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     # a TP-8 rank, fewer than the 132 SMs
     # rows an o_proj / latent_up tile owns within its BN-row register tile (default BN)
     b["BNH"] = min(b.get("BNH") or b["BN"], b["BN"])
+    if b.get("BNO"):  # o_proj's own tile divides H; its K step defaults to the dense phases'
+        while b["BNO"] > 16 and hidden % b["BNO"]:
+            b["BNO"] //= 2
+        b["BKO"] = b.get("BKO") or b["BK"]
     b["BNF"] = b.get("BNF") or b["BN"]
     while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
         b["BNF"] //= 2
@@ -849,7 +859,7 @@ class K2Launch:
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
-            LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent),
+            LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

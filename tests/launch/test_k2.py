@@ -62,6 +62,8 @@ CPU_CASES = [
     # latent tiles' shares, combine's at TP 1, the reduce's at TP 2)
     Case("k3-tiny", 3, "mxfp4", "sm_90", nvb=1, seed=25, tiles="LSQ=0"),
     Case("k3-tiny", 2, "bf16", "sm_90", nvb=2, tp=2, seed=26, tiles="LSQ=0"),
+    # o_proj's own tile (BNO rows, K steps of BKO) where latent_up keeps the 16-row GEMV tile
+    Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=27, tiles="BNO=32,BKO=64"),
 ]
 
 
@@ -159,6 +161,7 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=55, tiles="SDU=2,SDUQ=8"),
               # a routing phase of its own (FR 0; the default routes inside the front)
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=56, tiles="FR=0"),
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=65, tiles="BNO=64,BKO=128"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=7, seed=57, tiles="FR=0"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=63, tiles="LSQ=1"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=4, seed=64, tiles="LSQ=0")]
@@ -220,7 +223,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     (FR; its 32-row router and shared gate/up tiles take each output's K sum in the same
     order as the 64-row ones: bitwise on the H200, twenty-third session) change no
     arithmetic, so their output is bitwise the plain one's;
-    the K split sums two fp32 halves and the split seam sums its slices' partials, so
+    the K split sums two fp32 halves, o_proj's own K step (BKO) sums its products in other
+    chunks, and the split seam sums its slices' partials, so
     theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
     the default launch (XPD 1 in experts_up, the split seam, XET 2, XL2B / XL2BD 256, KUD 3
@@ -247,7 +251,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True),
                            ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True), ("KUD=3,SEAM_SPLIT=0", True),
                            ("XL2B=128,XL2BD=128,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
-                           ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("XPD=0", False), ("", False)):
+                           ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("BNO=64,BKO=128,SEAM_SPLIT=0", False),
+                           ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2OPT {tiles}: against the default launch max_abs={diff.max().item():.4g} "

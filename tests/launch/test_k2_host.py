@@ -342,6 +342,20 @@ def test_front_prefetch_bytes_fit_the_threads_and_the_row():
     assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
 
 
+def test_o_proj_tile_divides_the_hidden_width_or_refuses():
+    """BNO / BKO (off by default): o_proj's own register tile and K step, so its tiles need
+    not be latent_up's; BNO halves until it divides H, and BKO defaults to the dense K step."""
+    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    t = host.default_tiles(1, mxfp4=True, mma=True)
+    f = host.fit_tiles(dict(t, BNO=64), **fit)
+    assert (f["BNO"], f["BKO"]) == (64, t["BK"])
+    assert host.fit_tiles(dict(t, BNO=128, BKO=128), **dict(fit, hidden=7168 + 64))["BNO"] == 64
+    assert host.fit_tiles(t, **fit).get("BNO", 0) == 0
+    for bad in (dict(BNO=48), dict(BNO=64, BKO=96)):
+        with pytest.raises(ValueError):
+            host.fit_tiles(dict(t, **bad), **fit)
+
+
 def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
     """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
     SMs): BN unless set, and halved until it divides S2, E and L."""

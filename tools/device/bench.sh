@@ -4,7 +4,8 @@
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
-#   bash tools/device/bench.sh stages    # K2's dense pipeline depth, STAGES 4-6 against 3 (~5 min; never run yet)
+#   bash tools/device/bench.sh stages    # K2's dense pipeline depth (STAGES 4-6) and at 1 row o_proj's own tile
+#                                        # (BNO / BKO) against the default (~7 min; never run yet)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate: every K2 GPU test and the step file beside
 #                                        # the warm step, then the default against BLOCK... (its neighbours),
 #                                        # traced (~9 min)
@@ -79,11 +80,14 @@ case "${1:-}" in
            # o_proj, the front, the shared down and latent_up; 3 the default): 2 lost everywhere (fifteenth
            # session: the front 56 us against 26-33), 4 was 3-5 us faster at 1 row on the seventh session's
            # 172 us launch and never timed since. The default against 4, 5 and 6 where they fit the SM's shared
-           # memory (a CPU compile, twenty-sixth session: 6 only at 1 row, 5 not at 2 rows), traced (~5 min;
-           # never run yet)
+           # memory (a CPU compile, twenty-sixth session: 6 only at 1 row, 5 not at 2 rows), traced; at 1 row also
+           # o_proj's own tile (BNO rows, K steps of BKO: one tile a program, one long K loop, where 16-row tiles
+           # are 3-4 short ones a program), then its real-shape GPU case (~7 min; never run yet)
     K2_EXTRA=--trace k2_sweep k2-stages 150 mxfp4 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-stages5 100 mxfp4 1,4,8 "" STAGES=5
-    K2_EXTRA=--trace k2_sweep k2-stages6 60 mxfp4 1 "" STAGES=6 ;;
+    K2_EXTRA=--trace k2_sweep k2-dense1 100 mxfp4 1 "" STAGES=6 BNO=64,BKO=128 BNO=64,BKO=256 BNO=128,BKO=64 \
+      BNO=64,BKO=128,STAGES=4
+    OMP_NUM_THREADS=2 t k2-o-proj 200 tests/launch/test_k2.py -k "gpu_real and BNO" ;;
   gate)  # a new K2 default's gate (what fr2, fr3, xet2 and lsq2 ran): the step file and every K2 GPU group on
          # this tree beside the warm step, then the default against the blocks given (its neighbours), traced
     shift

@@ -341,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -351,7 +351,14 @@ def k2_kernel(
     PERSISTENT: tl.constexpr = PHASE < 0
     BC: tl.constexpr = 64 if BL > 64 else BL  # combine's latent tile
     SKIP: tl.constexpr = 1 if FR and PHASE < 0 else 0  # FR: no routing barrier, so one barrier fewer from there
-    NHT: tl.constexpr = (H + BNH - 1) // BNH  # o_proj / latent_up tiles over H
+    NHT: tl.constexpr = (H + BNH - 1) // BNH  # latent_up's tiles over H (and o_proj's, unless BNO)
+    # o_proj's own tile (BNO rows, K steps of BKO; 0: latent_up's): its K (the attention width,
+    # 1536 at a TP-8 rank) is 3 steps of a 16-row GEMV tile, so each of a program's 3-4 tiles
+    # restarts the load pipeline; 64 rows a tile is one tile a program, one long K loop
+    OBN: tl.constexpr = BN if BNO == 0 else BNO
+    OBNH: tl.constexpr = BNH if BNO == 0 else BNO
+    OBK: tl.constexpr = BK if BNO == 0 else BKO
+    NHO: tl.constexpr = (H + OBNH - 1) // OBNH
     # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
     SCALED: tl.constexpr = MXFP4 and not EXPERT_GEMV
     t0 = 0
@@ -387,13 +394,13 @@ def k2_kernel(
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
             _enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        for tile in range(pid, NHT, nprog):  # BNH rows a tile (BN: the register tile)
-            n0, nend = _h_tile(tile, H, BN, BNH)
-            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, BN), tl.float32),
-                           BM, BN, BK, STAGES, DENSE_GEMV)
-            rn = n0 + tl.arange(0, BN)
+        for tile in range(pid, NHO, nprog):  # OBNH rows a tile (OBN: the register tile)
+            n0, nend = _h_tile(tile, H, OBN, OBNH)
+            acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, OBN), tl.float32),
+                           BM, OBN, OBK, STAGES, DENSE_GEMV)
+            rn = n0 + tl.arange(0, OBN)
             tl.store(part1_ptr + rm[:, None] * H + rn[None, :], acc.to(tl.bfloat16),
-                     mask=_h_mask(rm, M, rn, nend, BN, BNH))
+                     mask=_h_mask(rm, M, rn, nend, OBN, OBNH))
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
