@@ -43,20 +43,23 @@ k2_sweep() {
   ( timeout "$to" python3 -m sgl_k3_mono.k2.bench --rows "$rows" --formats "$fmts" --no-phases $x "${args[@]}" 2>&1 \
       | grep -E "K2BENCH|K2TRACE|K2WORK|device|Error" ) | tee "$OUT/$name.log"
 }
-# k2_gpu_tests TIMEOUT: tests.sh k2-one-gpu's three K2 groups, each its own pytest process, into
-# $OUT/k2-one-gpu.out (here so that env.sh's install into /tmp/site runs once); a mode runs it in the
-# background beside its warm step and waits for it before timing (K2_WAIT). Under the compiles of two
-# warm steps the rest group needed more than 420 s once (nineteenth session, call 1)
+# k2_small_real TIMEOUT: K2's small-shape and real-shape groups, side by side
+k2_small_real() {
+  OMP_NUM_THREADS=2 t k2-small "$1" tests/launch/test_k2.py -k "gpu_small" &
+  OMP_NUM_THREADS=2 t k2-real "$1" tests/launch/test_k2.py -k "gpu_real" &
+  wait
+}
 # k2_rest TIMEOUT: K2's third group (graph replay, fault injection, phase by phase, routing, smem)
 k2_rest() {
   OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
     tests/launch/test_triton_smem.py -k "gpu and not gpu_small and not gpu_real"
 }
+# k2_gpu_tests TIMEOUT: tests.sh k2-one-gpu's three K2 groups, each its own pytest process, into
+# $OUT/k2-one-gpu.out (here so that env.sh's install into /tmp/site runs once); a mode runs it in the
+# background beside its warm step and waits for it before timing (K2_WAIT). Under the compiles of two
+# warm steps the rest group needed more than 420 s once (nineteenth session, call 1)
 k2_gpu_tests() {
-  ( OMP_NUM_THREADS=2 t k2-small "$1" tests/launch/test_k2.py -k "gpu_small" &
-    OMP_NUM_THREADS=2 t k2-real "$1" tests/launch/test_k2.py -k "gpu_real" &
-    k2_rest "$1" &
-    wait ) > "$OUT/k2-one-gpu.out" 2>&1
+  ( k2_small_real "$1" & k2_rest "$1" & wait ) > "$OUT/k2-one-gpu.out" 2>&1
 }
 case "${1:-}" in
   launches)
@@ -118,8 +121,7 @@ case "${1:-}" in
     old=${AB_OLD:?AB_OLD: the tree to time against}
     ( OMP_NUM_THREADS=2 t k1-gpu 430 tests/launch/test_k1.py -k "not interpret" ) > "$OUT/k1-gpu.out" 2>&1 &
     p0=$!
-    ( OMP_NUM_THREADS=2 t k2-small 430 tests/launch/test_k2.py -k "gpu_small" &
-      OMP_NUM_THREADS=2 t k2-real 430 tests/launch/test_k2.py -k "gpu_real" & wait ) > "$OUT/k2-one-gpu.out" 2>&1 &
+    k2_small_real 430 > "$OUT/k2-one-gpu.out" 2>&1 &
     p1=$!
     k2w="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats mxfp4 --trace --warm-only --block ''"
     k1w="timeout 300 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --warm-only"
