@@ -341,10 +341,11 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
     where Triton would ask for the largest shared part. With mma the tensor-core dense
     phases step BK 256 at every row count (default_tiles says what was measured). BKN:
-    latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (an option, 0 off; not yet
-    timed): o_proj's own register tile and K step, where latent_up's tile otherwise sets
-    both (at 1 row 16-row GEMV tiles: 3-4 a program of 3 K steps each, each restarting the
-    load pipeline; a 64-row tile is one a program, one K loop). XL2B / XL2BD (0 none; 128 or 256):
+    latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (0: latent_up's tile sets
+    both; 64 / 128 at 1 row with mma): o_proj's own register tile and K step (at 1 row
+    latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps each, each restarting the
+    load pipeline; a 64-row tile is one a program, one K loop). STAGES: the dense K loops'
+    cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B / XL2BD (0 none; 128 or 256):
     experts_up's / experts_down's mma_fp4 weight and scale loads (or ring copies) carry
     that prefetch-size hint, so a load that misses L2 brings the aligned segment around it
     in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
@@ -380,7 +381,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(MMA=1, EXPERT_GEMV=0, XU=0, BI=16 * num_warps, BL=32 * num_warps, KUX=2, KUD=1,
                  KSX=-1 if rows in (1, 4) else 1,
                  BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1,
-                 XET=2, XL2B=256, XL2BD=256)
+                 XET=2, XL2B=256, XL2BD=256, STAGES=4)
+        if rows == 1:  # o_proj one 64-row tile a program, one K loop (where latent_up's 16-row tiles are 3-4)
+            t.update(BNO=64, BKO=128)
         if rows >= 4:  # experts_down's k-blocks (3 at a TP-8 rank) loaded in one step
             t.update(KUD=3)
         if rows == 1:  # 6 / 16 of the shared down's tiles in experts_up (SDU 2), the rest in experts_down
@@ -474,7 +477,14 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     plain launch; and at 1 row 6 / 16 of the shared down's tiles in experts_up, the rest in
     experts_down (SDUQ 6: 106.2 against 114.9 with all of them in experts_up, where the idle
     programs' 12 tiles each had been the phase's pole; SDUQ 8 and 10 timed between, in a
-    call before)."""
+    call before).
+
+    Twenty-seventh session (one call, traced): with mma, four cp.async stages in the dense
+    K loops (STAGES 4: 112.7 / 142.8 / 193.8 us at 2 / 4 / 8 rows against 114.8 / 144.1 /
+    194.7; 5 and 6 no faster where they fit the SM), and at 1 row o_proj in one 64-row
+    tile a program stepping 128 of K (BNO / BKO) with them: 98.7 us against 106.3 (o_proj
+    7.7 against 12.0 us in the launch; BNO 64 with STAGES 3 103.3, STAGES 4 alone 107.1;
+    BKO 256 or BNO 128 no faster)."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:

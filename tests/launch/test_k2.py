@@ -161,7 +161,8 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=55, tiles="SDU=2,SDUQ=8"),
               # a routing phase of its own (FR 0; the default routes inside the front)
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=56, tiles="FR=0"),
-              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=65, tiles="BNO=64,BKO=128"),
+              # o_proj in latent_up's 16-row GEMV tiles (the 1-row default has its own 64-row tile)
+              Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=2, seed=65, tiles="BNO=0"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=7, seed=57, tiles="FR=0"),
               Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=1, seed=63, tiles="LSQ=1"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=4, seed=64, tiles="LSQ=0")]
@@ -246,7 +247,7 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("SDU=2,SDUQ=8,SEAM_SPLIT=0", True), ("FR=1,BNR=64,SEAM_SPLIT=0", True),
                            ("FR=1,SEAM_SPLIT=0", True),
                            ("XDB=1,SEAM_SPLIT=0", True), ("XDB=1,XL2=2,XPD=0,SEAM_SPLIT=0", True),
-                           ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=4,SEAM_SPLIT=0", True),
+                           ("XL2=2,XPD=0,SEAM_SPLIT=0", True), ("STAGES=3,SEAM_SPLIT=0", True),
                            ("CARVE=1,SEAM_SPLIT=0", True), ("CARVE=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True),
                            ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True), ("KUD=3,SEAM_SPLIT=0", True),

@@ -343,14 +343,17 @@ def test_front_prefetch_bytes_fit_the_threads_and_the_row():
 
 
 def test_o_proj_tile_divides_the_hidden_width_or_refuses():
-    """BNO / BKO (off by default): o_proj's own register tile and K step, so its tiles need
-    not be latent_up's; BNO halves until it divides H, and BKO defaults to the dense K step."""
+    """BNO / BKO (the mma default at 1 row: 64 / 128; 0 from 2 rows): o_proj's own register
+    tile and K step, so its tiles need not be latent_up's; BNO halves until it divides H,
+    and BKO defaults to the dense K step."""
     fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    t = host.default_tiles(1, mxfp4=True, mma=True)
+    one = host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **fit)
+    assert (one["BNO"], one["BKO"], one["STAGES"]) == (64, 128, 4)
+    t = host.default_tiles(8, mxfp4=True, mma=True)
+    assert host.fit_tiles(t, **fit).get("BNO", 0) == 0
     f = host.fit_tiles(dict(t, BNO=64), **fit)
     assert (f["BNO"], f["BKO"]) == (64, t["BK"])
     assert host.fit_tiles(dict(t, BNO=128, BKO=128), **dict(fit, hidden=7168 + 64))["BNO"] == 64
-    assert host.fit_tiles(t, **fit).get("BNO", 0) == 0
     for bad in (dict(BNO=48), dict(BNO=64, BKO=96)):
         with pytest.raises(ValueError):
             host.fit_tiles(dict(t, **bad), **fit)

@@ -5,7 +5,7 @@
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh stages    # K2's dense pipeline depth (STAGES 4-6) and at 1 row o_proj's own tile
-#                                        # (BNO / BKO) against the default (~7 min; never run yet)
+#                                        # (BNO / BKO) against the default (~5 min; ran once, 27th session)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate: every K2 GPU test and the step file beside
 #                                        # the warm step, then the default against BLOCK... (its neighbours),
 #                                        # traced (~9 min)
@@ -85,7 +85,8 @@ case "${1:-}" in
            # 172 us launch and never timed since. The default against 4, 5 and 6 where they fit the SM's shared
            # memory (a CPU compile, twenty-sixth session: 6 only at 1 row, 5 not at 2 rows), traced; at 1 row also
            # o_proj's own tile (BNO rows, K steps of BKO: one tile a program, one long K loop, where 16-row tiles
-           # are 3-4 short ones a program), then its real-shape GPU case (~7 min; never run yet)
+           # are 3-4 short ones a program), then its real-shape GPU case (~5 min). Ran once (twenty-seventh session): STAGES 4 from 2 rows and
+           # BNO=64,BKO=128 with STAGES 4 at 1 row became the default (k2-sm90.md)
     K2_EXTRA=--trace k2_sweep k2-stages 150 mxfp4 1,2,4,8 "" STAGES=4
     K2_EXTRA=--trace k2_sweep k2-stages5 100 mxfp4 1,4,8 "" STAGES=5
     K2_EXTRA=--trace k2_sweep k2-dense1 100 mxfp4 1 "" STAGES=6 BNO=64,BKO=128 BNO=64,BKO=256 BNO=128,BKO=64 \
