@@ -69,6 +69,11 @@ case "${1:-}" in
   step)  # (bf16 ran past 250 s at 8 rows on a fresh machine in the twenty-sixth session; MXFP4 took 188 s)
     ( timeout 320 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log"
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log" ;;
+  step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
+            # the MXFP4 step table, one after the other so the table times an idle GPU (~8 min)
+    ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
+    ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
+    cat "$OUT/forward-mxfp4.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
