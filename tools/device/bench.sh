@@ -74,6 +74,14 @@ case "${1:-}" in
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
+  odd-rows)  # the twenty-seventh session's default where it was not timed: 3, 5, 6 and 7 rows against STAGES 3,
+             # beside the step file's drafts test; then o_proj's tile at each timed row count (BKO 64 and BNO 32
+             # at 1 row, where the default is 64 / 128; from 2 rows, where o_proj is the tensor-core 64-row tile
+             # stepping 256, BNO 32 and a K step of 128) (~4 min)
+    ( t forward-aux 300 tests/forward/test_forward_gpu.py -k "drafts" ) > "$OUT/forward-aux.out" 2>&1 &
+    K2_WAIT="$!" K2_EXTRA=--trace k2_sweep k2-odd 150 mxfp4 3,5,6,7 "" STAGES=3
+    K2_EXTRA=--trace k2_sweep k2-oproj 120 mxfp4 1,2,4,8 "" BKO=64 BNO=32 BNO=64,BKO=128
+    cat "$OUT/forward-aux.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
