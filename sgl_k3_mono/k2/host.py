@@ -479,12 +479,13 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     programs' 12 tiles each had been the phase's pole; SDUQ 8 and 10 timed between, in a
     call before).
 
-    Twenty-seventh session (one call, traced): with mma, four cp.async stages in the dense
-    K loops (STAGES 4: 112.7 / 142.8 / 193.8 us at 2 / 4 / 8 rows against 114.8 / 144.1 /
-    194.7; 5 and 6 no faster where they fit the SM), and at 1 row o_proj in one 64-row
-    tile a program stepping 128 of K (BNO / BKO) with them: 98.7 us against 106.3 (o_proj
-    7.7 against 12.0 us in the launch; BNO 64 with STAGES 3 103.3, STAGES 4 alone 107.1;
-    BKO 256 or BNO 128 no faster)."""
+    Twenty-seventh session (three calls, traced): with mma, four cp.async stages in the
+    dense K loops (STAGES 4: 112.7 / 142.8 / 193.8 us at 2 / 4 / 8 rows against 114.8 /
+    144.1 / 194.7, and 0.6-1.7 us less at 3 and 5-7 rows; 5 and 6 no faster where they fit
+    the SM), and at 1 row o_proj in one 64-row tile a program stepping 128 of K (BNO /
+    BKO) with them: 98.3 us against 106.4 in the gate's call (o_proj 7.7 against 11.8 us
+    in the launch; BNO 64 with STAGES 3 101.9-103.3, STAGES 4 alone 107.1; BKO 64 or 256,
+    BNO 32 or 128 no faster; from 2 rows BNO 32 loses 2-3 us)."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
