@@ -345,10 +345,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     both; 64 / 128 at 1 row with mma): o_proj's own register tile and K step (at 1 row
     latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps each, each restarting the
     load pipeline; a 64-row tile is one a program, one K loop). STAGES: the dense K loops'
-    cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B / XL2BD (0 none; 128 or 256):
-    experts_up's / experts_down's mma_fp4 weight and scale loads (or ring copies) carry
-    that prefetch-size hint, so a load that misses L2 brings the aligned segment around it
-    in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
+    cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B /
+    XL2BD (0 none; 128 or 256): experts_up's / experts_down's mma_fp4 weight and scale
+    loads (or ring copies) carry that prefetch-size hint, so a load that misses L2 brings
+    the aligned segment around it in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
     (0 / 1; mma_fp4 only): experts_down reads each item's expert and its rows' slots from a
     table experts_up's last program writes (routing.write_expert_table), instead of a
     CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits);

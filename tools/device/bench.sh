@@ -4,8 +4,7 @@
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
-#   bash tools/device/bench.sh stages    # K2's dense pipeline depth (STAGES 4-6) and at 1 row o_proj's own tile
-#                                        # (BNO / BKO) against the default (~5 min; ran once, 27th session)
+#   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate: every K2 GPU test and the step file beside
 #                                        # the warm step, then the default against BLOCK... (its neighbours),
 #                                        # traced (~9 min)
@@ -19,7 +18,8 @@
 #   bash tools/device/bench.sh ncu-mem   # L1 / L2 hit rates and DRAM bytes of K2's MXFP4 launch and expert
 #                                        # phases under Nsight Compute (~4 min; never run yet)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
-# A mode that one session's A/B needed once (sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf, ...)
+# A mode that one session's A/B needed once (sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
+# stages, odd-rows, ...)
 # lives in the git history at the commit docs/evidence names for its call; gate and ab are their common form.
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
@@ -70,18 +70,11 @@ case "${1:-}" in
     ( timeout 320 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log"
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
-            # the MXFP4 step table, one after the other so the table times an idle GPU (~8 min)
+            # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
+            # of a call in the twenty-seventh session)
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
-  odd-rows)  # the twenty-seventh session's default where it was not timed: 3, 5, 6 and 7 rows against STAGES 3,
-             # beside the step file's drafts test; then o_proj's tile at each timed row count (BKO 64 and BNO 32
-             # at 1 row, where the default is 64 / 128; from 2 rows, where o_proj is the tensor-core 64-row tile
-             # stepping 256, BNO 32 and a K step of 128) (~4 min)
-    ( t forward-aux 300 tests/forward/test_forward_gpu.py -k "drafts" ) > "$OUT/forward-aux.out" 2>&1 &
-    K2_WAIT="$!" K2_EXTRA=--trace k2_sweep k2-odd 150 mxfp4 3,5,6,7 "" STAGES=3
-    K2_EXTRA=--trace k2_sweep k2-oproj 120 mxfp4 1,2,4,8 "" BKO=64 BNO=32 BNO=64,BKO=128
-    cat "$OUT/forward-aux.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
@@ -92,19 +85,6 @@ case "${1:-}" in
              # ~2 s a timed block)
     k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 KUD=3 SEAM_SPLIT=0 KSX=2 \
       KSX=-1 DENSE_GEMV=0 BN=64,BK=128 ;;
-  stages)  # the dense phases' pipeline depth (STAGES: the cp.async stages of the GEMV and tensor-core K loops of
-           # o_proj, the front, the shared down and latent_up; 3 the default): 2 lost everywhere (fifteenth
-           # session: the front 56 us against 26-33), 4 was 3-5 us faster at 1 row on the seventh session's
-           # 172 us launch and never timed since. The default against 4, 5 and 6 where they fit the SM's shared
-           # memory (a CPU compile, twenty-sixth session: 6 only at 1 row, 5 not at 2 rows), traced; at 1 row also
-           # o_proj's own tile (BNO rows, K steps of BKO: one tile a program, one long K loop, where 16-row tiles
-           # are 3-4 short ones a program), then its real-shape GPU case (~5 min). Ran once (twenty-seventh session): STAGES 4 from 2 rows and
-           # BNO=64,BKO=128 with STAGES 4 at 1 row became the default (k2-sm90.md)
-    K2_EXTRA=--trace k2_sweep k2-stages 150 mxfp4 1,2,4,8 "" STAGES=4
-    K2_EXTRA=--trace k2_sweep k2-stages5 100 mxfp4 1,4,8 "" STAGES=5
-    K2_EXTRA=--trace k2_sweep k2-dense1 100 mxfp4 1 "" STAGES=6 BNO=64,BKO=128 BNO=64,BKO=256 BNO=128,BKO=64 \
-      BNO=64,BKO=128,STAGES=4
-    OMP_NUM_THREADS=2 t k2-o-proj 200 tests/launch/test_k2.py -k "gpu_real and BNO" ;;
   gate)  # a new K2 default's gate (what fr2, fr3, xet2 and lsq2 ran): the step file and every K2 GPU group on
          # this tree beside the warm step, then the default against the blocks given (its neighbours), traced
     shift
@@ -173,5 +153,5 @@ case "${1:-}" in
           | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|ERROR|Error" )
     done | tee "$OUT/ncu-mem.log" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|trace|defaults|stages|gate|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2; exit 2 ;;
 esac
