@@ -20,7 +20,7 @@ TP = tp_size(limit=4)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(TP < 2, reason="needs 2 GPUs (the x2 machine)")]
 
 
-def test_tp2_steps_match_the_reference_step_and_ranks_agree():
+def test_tp_steps_match_the_reference_step_and_ranks_agree():
     res = plain_ranks(TP, HERE / "tp_worker.py", [*map(str, TP_STEPS), "1"], {}, timeout=400)
     for r, (code, out, err, ended) in enumerate(res):
         assert code == 0 and ended is not None, (r, code, err[-3000:])
@@ -30,14 +30,15 @@ def test_tp2_steps_match_the_reference_step_and_ranks_agree():
         assert summary["ranks_bitwise_equal"] and summary["row_steps"] == TP_STEPS[2] * TP_STEPS[3], summary
 
 
-def test_tp2_a_rank_stalled_in_k1_stops_both_processes():
-    """Rank 1 holds inside K1's KDA phase at layer 2 of its first step (SGL_K3_MONO_STALL,
-    armed once warm); rank 0 finishes its K1 and waits in layer 2's K2 for rank 1's
-    o_proj partial (so does every other rank at TP > 2). All exit with the watcher's code and their own message, each
-    within the deadline + 5 s of its warm first step."""
+@pytest.mark.parametrize("stalled", sorted({1, TP - 1}) if TP >= 2 else [1])
+def test_tp_a_rank_stalled_in_k1_stops_every_process(stalled):
+    """One rank (1, and the last where TP > 2) holds inside K1's KDA phase at layer 2 of its
+    first step (SGL_K3_MONO_STALL, armed once warm); every other rank finishes its K1 and
+    waits in layer 2's K2 for that rank's o_proj partial. All exit with the watcher's code
+    and their own message, each within the deadline + 5 s of its warm first step."""
     deadline = 3.0
     res = plain_ranks(TP, HERE / "tp_worker.py", [*map(str, TP_STALL), "0"],
-                          {"STALL_AFTER_WARM": "1:2:k1:kda", "DEADLINE_S": str(deadline)}, timeout=300)
+                      {"STALL_AFTER_WARM": f"{stalled}:2:k1:kda", "DEADLINE_S": str(deadline)}, timeout=300)
     expect = {r: f"rank {r}, layer 2, launch K2, phase" for r in range(TP)}
-    expect[1] = "rank 1, layer 2, launch K1, phase 'kda'"
+    expect[stalled] = f"rank {stalled}, layer 2, launch K1, phase 'kda'"
     assert_every_rank_stopped(res, expect, deadline)
