@@ -27,13 +27,18 @@ def _torchrun(args, env=None, timeout=300):
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 def test_k2_tp_matches_reference_and_ranks_agree(fmt):
-    done = _torchrun([fmt, "8", "6"])
+    """Every rank within the reference's bounds at this TP, 6 launches through both epoch
+    parities bitwise stable, the ranks' hidden states bitwise equal, routing equal; then
+    1000 replays of a captured launch bitwise stable on every rank, and a replay on new
+    inputs equal to an eager launch."""
+    done = _torchrun([fmt, "8", "6", "1000"])
     assert done.returncode == 0, done.stderr[-3000:]
     results = json_records(done.stdout)
     assert len(results) == TP, done.stdout + done.stderr[-2000:]  # one record a rank
     for r in results:
         print(r)
         assert r["violations"] == [] and r["stable"] and r["ranks_bitwise_equal"] and r["routing_equal"], r
+        assert r["replays_bitwise_stable"] == 1000 and r["replay_equals_eager"], r
 
 
 @pytest.mark.parametrize("stalled", sorted({1, TP - 1}) if TP >= 2 else [1])
