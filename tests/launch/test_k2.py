@@ -64,6 +64,8 @@ CPU_CASES = [
     Case("k3-tiny", 2, "bf16", "sm_90", nvb=2, tp=2, seed=26, tiles="LSQ=0"),
     # o_proj's own tile (BNO rows, K steps of BKO) where latent_up keeps the 16-row GEMV tile
     Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=27, tiles="BNO=32,BKO=64"),
+    # ... and on the tensor cores (from 2 rows; the 1-row default's tile is a GEMV's), over 2 ranks
+    Case("k3-tiny", 3, "mxfp4", "sm_90", nvb=2, tp=2, seed=28, tiles="BNO=32,BKO=64"),
 ]
 
 
