@@ -160,7 +160,7 @@ def _k1_variant(mode: str, rows: int, target: str, tp: int = 8, isa: str = "sm_9
 
 
 def variants(full: bool) -> list[tuple[str, object]]:
-    # K2's sm_90 tiles come in three classes (host.default_tiles: 1 row, 2 rows, 3 and
+    # K2's sm_90 tiles come in three classes (tiles.default_tiles: 1 row, 2 rows, 3 and
     # more), so 1, 2 and 8 rows compile each class once; --full adds 4
     rows = (1, 2, 4, 8) if full else (1, 2, 8)
     out = []

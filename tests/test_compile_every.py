@@ -24,7 +24,7 @@ def test_every_width_tp_mode_and_format_is_a_member(target):
 
 def test_groups_follow_the_tile_classes():
     """sm_90 K2 with MXFP4 experts compiles five kernels a TP: 1 row, 2 rows (the experts'
-    shared-memory ring: host.k2_tiles), 3 rows, 4 rows (experts_down's k-blocks in one
+    shared-memory ring: tiles.k2_tiles), 3 rows, 4 rows (experts_down's k-blocks in one
     step from there, KUD 3; at TP 8 also experts_up's K split, ksx_choice's 2), and from 5
     rows (the split seam's slices widen to 512 columns to fit the grid); no group mixes
     TP sizes, formats or K1 modes."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgl_k3_mono.k2 import host
+from sgl_k3_mono.k2 import host, tiles
 
 
 @pytest.mark.parametrize("rows,tp", [(1, 1), (8, 1), (4, 2)])
@@ -28,34 +28,34 @@ def test_bf16_experts_take_no_scale_alignment():
 
 
 def test_pow2_divisor():
-    assert host._pow2_divisor(12, 112) == 4
-    assert host._pow2_divisor(48, 16) == 16
-    assert host._pow2_divisor(7) == 1
-    assert host._pow2_divisor(64, cap=8) == 8
+    assert tiles._pow2_divisor(12, 112) == 4
+    assert tiles._pow2_divisor(48, 16) == 16
+    assert tiles._pow2_divisor(7) == 1
+    assert tiles._pow2_divisor(64, cap=8) == 8
 
 
 def test_default_tiles_by_rows_and_format():
     """1 row: GEMV everywhere (8 warps); from 2 rows the tensor cores, MXFP4 experts through
     dot_scaled with 4 warps; bf16 at 2 rows with 8 warps (docs/evidence/k2-sm90.md)."""
-    one = host.default_tiles(1, mxfp4=True)
+    one = tiles.default_tiles(1, mxfp4=True)
     assert one["DENSE_GEMV"] and one["EXPERT_GEMV"] and one["num_warps"] == 8
     for rows in range(2, 9):
-        t = host.default_tiles(rows, mxfp4=True)
+        t = tiles.default_tiles(rows, mxfp4=True)
         assert not t["DENSE_GEMV"] and not t["EXPERT_GEMV"] and t["num_warps"] == 4, (rows, t)
-    assert host.default_tiles(2, mxfp4=False)["num_warps"] == 8
-    assert host.default_tiles(4, mxfp4=False)["num_warps"] == 4
+    assert tiles.default_tiles(2, mxfp4=False)["num_warps"] == 8
+    assert tiles.default_tiles(4, mxfp4=False)["num_warps"] == 4
 
 
 @pytest.mark.parametrize("latent,inter", [(3584, 384), (96, 48), (256, 64), (64, 32)])
 def test_fit_tiles_k_steps_are_powers_of_two_within_the_width(latent, inter):
     """Tensor-core expert K steps: a power of two, at least 64 (two scale groups), at most
     the width rounded down to a power of two (masks cover a ragged tail)."""
-    b = host.fit_tiles(host.k2_tiles(8, dense_gemv=False, expert_gemv=False, num_warps=4), hidden=7168,
+    b = tiles.fit_tiles(tiles.k2_tiles(8, dense_gemv=False, expert_gemv=False, num_warps=4), hidden=7168,
                        shared2=1536, experts=896, latent=latent, inter=inter)
     for key, width in (("BKX", latent), ("BKD", inter)):
         k = b[key]
         assert k & (k - 1) == 0 and k >= 64, (key, k)
-        assert k <= max(64, host._pow2_floor(width)), (key, k, width)
+        assert k <= max(64, tiles._pow2_floor(width)), (key, k, width)
 
 
 def test_mma_experts_tiles_at_every_row_count():
@@ -64,7 +64,7 @@ def test_mma_experts_tiles_at_every_row_count():
     by ksx_choice (KSX -1) at 1 and 4 rows, where it measured faster, else not split; no
     GEMV experts; the dense phases keep their per-M choice."""
     for rows in range(1, 9):
-        t = host.default_tiles(rows, mxfp4=True, mma=True)
+        t = tiles.default_tiles(rows, mxfp4=True, mma=True)
         assert t["MMA"] == 1 and not t["EXPERT_GEMV"] and t["num_warps"] == 8, (rows, t)
         assert t["KSX"] == (-1 if rows in (1, 4) else 1), (rows, t)
         assert (t["BI"], t["BL"]) == (128, 256)
@@ -78,25 +78,25 @@ def test_mma_tiles_dense_k_step_and_down_ring_by_rows():
     the ring together leave experts_up's register loop too little L1
     (docs/evidence/k2-sm90.md, eighteenth and nineteenth sessions)."""
     for rows, bk, xrs, xrsd in ((2, 256, 2, 2), (3, 256, 0, 0), (4, 256, 0, 0), (5, 256, 0, 0), (8, 256, 0, 0)):
-        t = host.default_tiles(rows, mxfp4=True, mma=True)
+        t = tiles.default_tiles(rows, mxfp4=True, mma=True)
         assert (t["BK"], t["XRS"], t["XRSD"], t["CARVE"]) == (bk, xrs, xrsd, 1), (rows, t)
 
 
 def test_norm_chunk_is_about_32_elements_a_thread():
     """latent_up's RMSNorm passes step BKN: 32 elements a thread of the [rows, BKN] chunk,
     never under the dense K step, never past the latent width's power of two."""
-    assert host.norm_chunk(16, 256, 3584, 128) == 512
-    assert host.norm_chunk(1, 256, 3584, 512) == 4096  # one chunk at 1 row
-    assert host.norm_chunk(8, 256, 3584, 512) == 1024
-    assert host.norm_chunk(16, 128, 3584, 256) == 256  # the K step is the floor
-    assert host.norm_chunk(16, 256, 128, 64) == 128  # a small latent: its own width
+    assert tiles.norm_chunk(16, 256, 3584, 128) == 512
+    assert tiles.norm_chunk(1, 256, 3584, 512) == 4096  # one chunk at 1 row
+    assert tiles.norm_chunk(8, 256, 3584, 512) == 1024
+    assert tiles.norm_chunk(16, 128, 3584, 256) == 256  # the K step is the floor
+    assert tiles.norm_chunk(16, 256, 128, 64) == 128  # a small latent: its own width
 
 
 def test_fit_tiles_halves_a_k_split_the_widths_cannot_take():
     """A latent width that one group's whole loop steps cannot split 4 ways keeps mma_fp4
     with fewer groups instead of leaving the mma path."""
-    t = {**host.k2_tiles(2, dense_gemv=False, expert_gemv=False, num_warps=8, mma=True), "KSX": 4}
-    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=768, inter=384, mma=True)
+    t = {**tiles.k2_tiles(2, dense_gemv=False, expert_gemv=False, num_warps=8, mma=True), "KSX": 4}
+    f = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=768, inter=384, mma=True)
     assert (f["MMA"], f["KSX"], f["KUX"], f["BI"]) == (1, 2, 1, 64), f
 
 
@@ -140,13 +140,13 @@ def _experts(latent, inter, n=4, offset=0):
     (3584, 320, False),   # I not a multiple of BI = 128
 ])
 def test_mma_tiles_fall_back_to_tensor_cores_where_they_do_not_fit(latent, inter, fits):
-    t = host.default_tiles(8, mxfp4=True, mma=True)
-    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter, mma=True)
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
+    b = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter, mma=True)
     assert b["MMA"] == int(fits)
     if not fits:  # the tensor-core tiles, fitted to the widths like any others
         assert inter % b["BI"] == 0 and latent % b["BL"] == 0 and b["BI"] <= 64 and b["BL"] <= 128
     # the plan says no (or the interpreter, which runs no PTX): never mma
-    assert host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter)["MMA"] == 0
+    assert tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=latent, inter=inter)["MMA"] == 0
 
 
 def test_misaligned_expert_tensors_take_the_plan_off_mma():
@@ -256,11 +256,11 @@ def test_experts_up_k_split_tiles(ksx, bi, kux):
     has 1/KSX of the rows (more items where few experts are routed), and each group's K
     share must be whole loop steps (KUX shrinks to fit: 28 k-blocks at L 3584; the plain
     loop, without the default register prefetch, which steps one k-block at a time)."""
-    t = dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=ksx, XPD=0)
-    b = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    t = dict(tiles.default_tiles(1, mxfp4=True, mma=True), KSX=ksx, XPD=0)
+    b = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (b["MMA"], b["BI"], b["KUX"]) == (1, bi, kux)
     # 28 k-blocks cannot split 8 ways: 4 groups instead, not the dot_scaled tiles
-    eight = host.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    eight = tiles.fit_tiles(dict(t, KSX=8), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (eight["MMA"], eight["KSX"], eight["KUX"]) == (1, 4, 1)
 
 
@@ -270,16 +270,16 @@ def test_expert_register_prefetch_steps_one_k_block():
     deeper ring than mma_fp4 holds is refused, never run (the fourteenth session's XPD 3
     lost at every row count and was taken out)."""
     for m in (1, 2, 8):
-        d = host.fit_tiles(host.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
+        d = tiles.fit_tiles(tiles.default_tiles(m, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
                            latent=3584, inter=384, mma=True)
         assert (d["MMA"], d["XPD"], d["KUX"], d["KUD"], d["KSX"]) == (1, 1, 1, 3 if m >= 4 else 1,
                                                                        -1 if m == 1 else 1), d
-    t = dict(host.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
-    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    t = dict(tiles.default_tiles(4, mxfp4=True, mma=True), XPD=2, KSX=4)
+    f = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"], f["KSX"], f["XPD"]) == (1, 1, 3, 4, 2), f
     for key in ("XPD", "XPDD"):
         with pytest.raises(ValueError, match=f"{key}=3"):
-            host.fit_tiles(dict(t, **{key: 3}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+            tiles.fit_tiles(dict(t, **{key: 3}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                            mma=True)
 
 
@@ -287,12 +287,12 @@ def test_the_shared_memory_ring_takes_two_to_four_stages():
     """XRS / XRSD (mma_fp4's cp.async ring in experts_up / experts_down, off by default)
     take 2..4 stages; any other depth is refused, never run, and the launch options carry
     them only on the mma path. So is a CARVE (the launch's fitted carveout) other than 0 / 1."""
-    t = dict(host.default_tiles(4, mxfp4=True, mma=True), XRS=3, XRSD=2)
-    f = host.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    t = dict(tiles.default_tiles(4, mxfp4=True, mma=True), XRS=3, XRSD=2)
+    f = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["XRS"], f["XRSD"]) == (1, 3, 2), f
     for key, bad in (("XRS", 1), ("XRS", 5), ("XRSD", 8), ("CARVE", 2)):
         with pytest.raises(ValueError, match=f"{key}={bad}"):
-            host.fit_tiles(dict(t, **{key: bad}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+            tiles.fit_tiles(dict(t, **{key: bad}), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                            mma=True)
 
 
@@ -303,15 +303,15 @@ def test_expert_down_prefetch_is_its_own_option():
     from 4 rows all 3 k-blocks in one (KUD 3). A step that does not divide I's k-blocks
     is cut to one that does, keeping mma_fp4 (KUD 2 over 3 k-blocks: 1; it had turned
     the mma path off)."""
-    d = host.default_tiles(8, mxfp4=True, mma=True)
+    d = tiles.default_tiles(8, mxfp4=True, mma=True)
     assert (d["XPD"], d["XPDD"], d["KUD"]) == (1, 0, 3), d
-    f = host.fit_tiles(d, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    f = tiles.fit_tiles(d, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"]) == (1, 1, 3), f
-    f = host.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
+    f = tiles.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
     assert (f["MMA"], f["KUX"], f["KUD"]) == (1, 1, 1), f
-    f = host.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=768, mma=True)
+    f = tiles.fit_tiles(dict(d, KUD=2), hidden=7168, shared2=1536, experts=896, latent=3584, inter=768, mma=True)
     assert (f["MMA"], f["KUD"]) == (1, 2), f
-    f = host.fit_tiles(dict(d, KUD=2, XPDD=1), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
+    f = tiles.fit_tiles(dict(d, KUD=2, XPDD=1), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
                        mma=True)
     assert (f["KUX"], f["KUD"], f["XPDD"]) == (1, 1, 1), f
 
@@ -319,27 +319,27 @@ def test_expert_down_prefetch_is_its_own_option():
 def test_expert_l2_prefetch_keeps_to_whole_pieces():
     """XL2 (an option) asks L2 for expert rows in one 16-byte multiple a thread; where a
     row cannot be cut so (or no mma_fp4 path runs) the option is off, never a ragged ask."""
-    t = dict(host.default_tiles(8, mxfp4=True, mma=True), XL2=2)
+    t = dict(tiles.default_tiles(8, mxfp4=True, mma=True), XL2=2)
     fit = dict(hidden=7168, shared2=1536, experts=896, inter=384, mma=True)
-    assert host.fit_tiles(t, latent=3584, **fit)["XL2"] == 2  # up rows 1792 B in 2 pieces, down 192 B
-    assert host.fit_tiles(dict(t, KSX=4), latent=3584, **fit)["XL2"] == 2  # 8 pieces of 224 B
-    assert host.fit_tiles(t, latent=3584, **dict(fit, mma=False))["XL2"] == 0
+    assert tiles.fit_tiles(t, latent=3584, **fit)["XL2"] == 2  # up rows 1792 B in 2 pieces, down 192 B
+    assert tiles.fit_tiles(dict(t, KSX=4), latent=3584, **fit)["XL2"] == 2  # 8 pieces of 224 B
+    assert tiles.fit_tiles(t, latent=3584, **dict(fit, mma=False))["XL2"] == 0
     # mma_fp4's own width fit implies these cuts at its tiles; the check stands for others
-    assert not host._l2_cut_fits(1808, 128, 256) and not host._l2_cut_fits(200, 256, 256)
-    assert host._l2_cut_fits(1792, 128, 256) and host._l2_cut_fits(192, 256, 256)
+    assert not tiles._l2_cut_fits(1808, 128, 256) and not tiles._l2_cut_fits(200, 256, 256)
+    assert tiles._l2_cut_fits(1792, 128, 256) and tiles._l2_cut_fits(192, 256, 256)
 
 
 def test_front_prefetch_bytes_fit_the_threads_and_the_row():
     """PF (tile option, off by default): bytes of each front weight row asked into L2
     during the seam, cut into one 16-byte multiple a thread; never past the row, and none
     where no PTX runs (HIP, the interpreter)."""
-    t = dict(host.default_tiles(8, mxfp4=True, mma=True), PF=5000)  # BN 64, 8 warps: 4 pieces a row
-    assert host._prefetch_bytes(t, 7168, ptx=True) == 4992
-    assert host._prefetch_bytes(dict(t, PF=10 ** 6), 7168, ptx=True) == 14336
-    assert host._prefetch_bytes(t, 7168, ptx=False) == 0
-    one = dict(host.default_tiles(1, mxfp4=True, mma=True), PF=5000)  # BN 16: 16 pieces a row
-    assert host._prefetch_bytes(one, 7168, ptx=True) == 4864
-    assert host._prefetch_bytes(host.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
+    t = dict(tiles.default_tiles(8, mxfp4=True, mma=True), PF=5000)  # BN 64, 8 warps: 4 pieces a row
+    assert tiles._prefetch_bytes(t, 7168, ptx=True) == 4992
+    assert tiles._prefetch_bytes(dict(t, PF=10 ** 6), 7168, ptx=True) == 14336
+    assert tiles._prefetch_bytes(t, 7168, ptx=False) == 0
+    one = dict(tiles.default_tiles(1, mxfp4=True, mma=True), PF=5000)  # BN 16: 16 pieces a row
+    assert tiles._prefetch_bytes(one, 7168, ptx=True) == 4864
+    assert tiles._prefetch_bytes(tiles.default_tiles(8, mxfp4=True, mma=True), 7168, ptx=True) == 0
 
 
 def test_o_proj_tile_divides_the_hidden_width_or_refuses():
@@ -347,23 +347,23 @@ def test_o_proj_tile_divides_the_hidden_width_or_refuses():
     tile and K step, so its tiles need not be latent_up's; BNO halves until it divides H,
     and BKO defaults to the dense K step."""
     fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    one = host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **fit)
+    one = tiles.fit_tiles(tiles.default_tiles(1, mxfp4=True, mma=True), **fit)
     assert (one["BNO"], one["BKO"], one["STAGES"]) == (64, 128, 4)
-    t = host.default_tiles(8, mxfp4=True, mma=True)
-    assert host.fit_tiles(t, **fit).get("BNO", 0) == 0
-    f = host.fit_tiles(dict(t, BNO=64), **fit)
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
+    assert tiles.fit_tiles(t, **fit).get("BNO", 0) == 0
+    f = tiles.fit_tiles(dict(t, BNO=64), **fit)
     assert (f["BNO"], f["BKO"]) == (64, t["BK"])
-    assert host.fit_tiles(dict(t, BNO=128, BKO=128), **dict(fit, hidden=7168 + 64))["BNO"] == 64
+    assert tiles.fit_tiles(dict(t, BNO=128, BKO=128), **dict(fit, hidden=7168 + 64))["BNO"] == 64
     for bad in (dict(BNO=48), dict(BNO=64, BKO=96)):
         with pytest.raises(ValueError):
-            host.fit_tiles(dict(t, **bad), **fit)
+            tiles.fit_tiles(dict(t, **bad), **fit)
 
 
 def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
     """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
     SMs): BN unless set, and halved until it divides S2, E and L."""
-    t = host.default_tiles(8, mxfp4=True, mma=True)
-    fit = lambda b, **kw: host.fit_tiles(b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584,  # noqa: E731
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b, **kw: tiles.fit_tiles(b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584,  # noqa: E731
                                                        inter=384, mma=True), **kw})
     assert fit(t)["BNF"] == fit(t)["BN"] == 64
     assert fit(dict(t, BNF=16))["BNF"] == 16
@@ -373,8 +373,8 @@ def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
 def test_h_tile_rows_default_to_bn_and_never_exceed_it():
     """BNH: rows an o_proj / latent_up tile owns in its BN-row register tile (56 of 64
     make 128 tiles of H 7168, one an SM, where 64 make 112)."""
-    t = host.default_tiles(8, mxfp4=True, mma=True)
-    fit = lambda b: host.fit_tiles(b, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,  # noqa: E731
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
+    fit = lambda b: tiles.fit_tiles(b, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,  # noqa: E731
                                    mma=True)
     assert fit(t)["BNH"] == fit(t)["BN"] == 64
     assert fit(dict(t, BNH=56))["BNH"] == 56 and -(-7168 // 56) == 128
@@ -406,20 +406,20 @@ def test_shared_down_rides_in_experts_up_where_the_routed_items_leave_programs_i
     (48 and 96 for 132 at 1 and 2 rows of a TP-8 rank), off where they fill it (192 at 4
     rows; 192 at 1 row of a TP-2 rank, whose I is 1536)."""
     inter = 3072 // tp
-    tiles = host.fit_tiles(host.default_tiles(rows, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
-                           latent=3584, inter=inter, mma=True)
-    assert tiles["SDU"] == -1 and tiles["BI"] == 128
-    assert host.sdu_fits(tiles, rows=rows, top_k=16, experts=896, inter=inter, grid=132) == bool(sdu)
+    b = tiles.fit_tiles(tiles.default_tiles(rows, mxfp4=True, mma=True), hidden=7168, shared2=1536, experts=896,
+                        latent=3584, inter=inter, mma=True)
+    assert b["SDU"] == -1 and b["BI"] == 128
+    assert tiles.sdu_fits(b, rows=rows, top_k=16, experts=896, inter=inter, grid=132) == bool(sdu)
 
 
 def test_experts_down_item_order_is_one_of_two():
     """XDB deals experts_down's items round the grid (0, the default) or one run a program
     (1); anything else is refused before a launch, never compiled."""
-    t = host.default_tiles(8, mxfp4=True, mma=True)
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
     fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert host.fit_tiles(dict(t, XDB=1), **fit)["XDB"] == 1
+    assert tiles.fit_tiles(dict(t, XDB=1), **fit)["XDB"] == 1
     with pytest.raises(ValueError, match="XDB=2"):
-        host.fit_tiles(dict(t, XDB=2), **fit)
+        tiles.fit_tiles(dict(t, XDB=2), **fit)
 
 
 def test_expert_table_and_l2_hints_take_only_their_values():
@@ -427,14 +427,14 @@ def test_expert_table_and_l2_hints_take_only_their_values():
     loads' L2 prefetch-size hint) 0, 128 or 256; anything else is refused before a launch.
     The table's words cover the widest row tile: the count, P ids, P pair numbers and P
     rows of 16 slots (P = 16 rows x top-k 16)."""
-    t = host.default_tiles(8, mxfp4=True, mma=True)
+    t = tiles.default_tiles(8, mxfp4=True, mma=True)
     fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    got = host.fit_tiles(dict(t, XET=1, XL2B=256, XL2BD=128), **fit)
+    got = tiles.fit_tiles(dict(t, XET=1, XL2B=256, XL2BD=128), **fit)
     assert (got["XET"], got["XL2B"], got["XL2BD"]) == (1, 256, 128)
-    assert host.fit_tiles(dict(t, XET=2), **fit)["XET"] == 2
+    assert tiles.fit_tiles(dict(t, XET=2), **fit)["XET"] == 2
     for bad in (dict(XET=3), dict(XL2B=64), dict(XL2BD=512)):
         with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
-            host.fit_tiles(dict(t, **bad), **fit)
+            tiles.fit_tiles(dict(t, **bad), **fit)
     assert host.expert_table_words(16) == 1 + 2 * 256 + 256 * 16
 
 
@@ -446,18 +446,18 @@ def test_the_default_k_split_is_resolved_before_the_tiles_are_fitted():
     still rides in experts_up."""
     dims = dict(top_k=16, experts=896, inter=384, grid=132)
     fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    unresolved = host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **fit)
+    unresolved = tiles.fit_tiles(tiles.default_tiles(1, mxfp4=True, mma=True), **fit)
     assert (unresolved["MMA"], unresolved["KSX"], unresolved["BI"]) == (1, -1, 128)
-    assert host.fit_tiles(host.default_tiles(1, mxfp4=True, mma=True), **dict(fit, mma=False))["KSX"] == 1
+    assert tiles.fit_tiles(tiles.default_tiles(1, mxfp4=True, mma=True), **dict(fit, mma=False))["KSX"] == 1
     with pytest.raises(ValueError, match="KSX=3"):
-        host.fit_tiles(dict(host.default_tiles(1, mxfp4=True, mma=True), KSX=3), **fit)
+        tiles.fit_tiles(dict(tiles.default_tiles(1, mxfp4=True, mma=True), KSX=3), **fit)
     for rows, ksx in ((1, 2), (2, 1), (3, 1), (4, 2), (8, 1)):
-        t = host.resolve_ksx(host.default_tiles(rows, mxfp4=True, mma=True), rows=rows, mma=True, **dims)
-        f = host.fit_tiles(t, **fit)
+        t = tiles.resolve_ksx(tiles.default_tiles(rows, mxfp4=True, mma=True), rows=rows, mma=True, **dims)
+        f = tiles.fit_tiles(t, **fit)
         assert (f["MMA"], f["KSX"], f["BI"]) == (1, ksx, 128 // ksx), (rows, f)
-    f = host.fit_tiles(host.resolve_ksx(host.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=True, **dims), **fit)
-    assert host.sdu_fits(f, rows=1, **dims)
-    assert host.resolve_ksx(host.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=False, **dims)["KSX"] == 1
+    f = tiles.fit_tiles(tiles.resolve_ksx(tiles.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=True, **dims), **fit)
+    assert tiles.sdu_fits(f, rows=1, **dims)
+    assert tiles.resolve_ksx(tiles.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=False, **dims)["KSX"] == 1
 
 
 @pytest.mark.parametrize("hip", [False, True])
@@ -492,10 +492,10 @@ def test_front_helpers_are_the_programs_whose_tiles_end_first():
     as GEMVs at 1 row (16-row tiles, 376: programs 112..131 have two, the rest three) the
     last of the two-tile programs."""
     dims = dict(experts=896, shared2=1536, latent=3584, grid=132)
-    assert host.front_helpers(bnr=32, bnf=64, helpers=8 + 16, **dims) == 52
-    assert host.front_helpers(bnr=32, bnf=64, helpers=2 + 4, **dims) == 70
-    assert host.front_helpers(bnr=16, bnf=16, helpers=1 + 2, **dims) == 129
-    assert host.front_helpers(bnr=16, bnf=16, helpers=3, experts=32, shared2=32, latent=64, grid=4) in range(4)
+    assert tiles.front_helpers(bnr=32, bnf=64, helpers=8 + 16, **dims) == 52
+    assert tiles.front_helpers(bnr=32, bnf=64, helpers=2 + 4, **dims) == 70
+    assert tiles.front_helpers(bnr=16, bnf=16, helpers=1 + 2, **dims) == 129
+    assert tiles.front_helpers(bnr=16, bnf=16, helpers=3, experts=32, shared2=32, latent=64, grid=4) in range(4)
 
 
 def test_launch_args_split_the_shared_down_and_route_in_the_front():
@@ -515,8 +515,8 @@ def test_launch_args_split_the_shared_down_and_route_in_the_front():
         args, meta = launch.launch_args(rw, *inputs)
         assert meta["SDUT"] == plan.hidden // meta["BN"] // 2
         assert meta["FR"] == (0 if hip else 1)
-        want = host.front_helpers(experts=plan.experts, shared2=plan.shared2, latent=plan.latent, bnr=meta["BNR"],
-                                  bnf=meta["BNF"], grid=4, helpers=2 + 2 * host.situ_chunks(plan.shared2))
+        want = tiles.front_helpers(experts=plan.experts, shared2=plan.shared2, latent=plan.latent, bnr=meta["BNR"],
+                                  bnf=meta["BNF"], grid=4, helpers=2 + 2 * tiles.situ_chunks(plan.shared2))
         assert args[-2] == (0 if hip else want) and args[-1] == 0
         launch.set_block(SDU=0, FR=0)
         args, meta = launch.launch_args(rw, *inputs)
@@ -591,11 +591,11 @@ def test_the_k_split_option_fills_experts_ups_waves():
     that is at least a fifth shorter than no split: at a TP-8 rank 2 / 4 / 2 / 1 at 1 /
     2 / 4 / 8 rows, the fastest of each row count measured; at a TP-2 rank (I 1536, 192
     items at 1 row) 2 at 1 row only."""
-    choose = lambda rows, tp: host.ksx_choice(8, rows=rows, top_k=16, experts=896, inter=3072 // tp,  # noqa: E731
+    choose = lambda rows, tp: tiles.ksx_choice(8, rows=rows, top_k=16, experts=896, inter=3072 // tp,  # noqa: E731
                                               grid=132)
     assert [choose(m, 8) for m in (1, 2, 4, 8)] == [2, 4, 2, 1]
     assert [choose(m, 2) for m in (1, 2, 8)] == [2, 1, 1]
-    assert host.ksx_choice(4, rows=2, top_k=16, experts=896, inter=384, grid=132) in (1, 2, 4)
+    assert tiles.ksx_choice(4, rows=2, top_k=16, experts=896, inter=384, grid=132) in (1, 2, 4)
 
 
 @pytest.mark.parametrize("hip", [False, True])
@@ -605,7 +605,7 @@ def test_launch_args_resolve_the_k_split_option_before_fitting_tiles(monkeypatch
     import torch
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    monkeypatch.setattr(host, "ksx_choice", lambda *a, **kw: 2)
+    monkeypatch.setattr(tiles, "ksx_choice", lambda *a, **kw: 2)
     rw = _small_rank()
     plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
     launch = host.K2Launch.build(plan, "cpu", impl="triton", hip=hip)

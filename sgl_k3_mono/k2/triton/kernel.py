@@ -318,7 +318,7 @@ def k2_kernel(
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
     # synchronisation and failure
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
-    # FR: the first helper program (host.front_helpers; it moves with the rows, so not a
+    # FR: the first helper program (tiles.front_helpers; it moves with the rows, so not a
     # constexpr: every row count of a tile class shares one build); where mma_fp4's
     # shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
     frh, ring_off,
@@ -487,7 +487,7 @@ def k2_kernel(
         if FR and PERSISTENT:
             # FR: [router | shared gate/up] in BNR-row tiles, [latent down] in BNF-row ones,
             # and phase 3's work done here by the helper programs (from frh, the ones whose
-            # own tiles end first: host.front_helpers) once the tiles they read are counted
+            # own tiles end first: tiles.front_helpers) once the tiles they read are counted
             # stored: the grid routes while the latent down streams, with no barrier of its own
             NRT: tl.constexpr = E // BNR
             NST: tl.constexpr = S2 // BNR
@@ -641,7 +641,7 @@ def k2_kernel(
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
             _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-        if XET:  # phase 4's expert table (mma_fp4 only: host.fit_tiles)
+        if XET:  # phase 4's expert table (mma_fp4 only: tiles.fit_tiles)
             n_e = tl.load(etab_ptr)
         else:
             ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)

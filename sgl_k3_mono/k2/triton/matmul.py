@@ -1,7 +1,7 @@
 """K2's projections on sm_90 (Triton): a few rows against SGLang's weight tensors as they
 are stored, bf16 or MXFP4, as FMA GEMVs (rows padded to a power of two, products in the
 weights' load layout) or on the tensor cores (rows padded to 16). kernel.py picks one per
-phase from the launch's tiles (host.k2_tiles)."""
+phase from the launch's tiles (tiles.k2_tiles)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
     (exact: two significant bits times a power of two) in registers and feeds the tensor
     cores from there. Measured 2.3x the planar code-plane dots at 8 rows and 3x the FMA
     GEMV at 2 (docs/evidence/k2-sm90.md). SA: a power of two the scale row stride is a
-    multiple of (host._pow2_divisor of the strides): a scale row's bytes then go as one
+    multiple of (tiles._pow2_divisor of the strides): a scale row's bytes then go as one
     cp.async, where an unknown stride (12 at a TP-8 rank's down projection) leaves byte
     loads outside the pipeline. fast_math drops the NaN-scale select (E8M0 255 -> NaN):
     13-23 % less time (tools/device/fp4_decode_microbench.py); the build refuses experts

@@ -246,7 +246,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     w_ptr / s_ptr may differ by thread too (a warp's own expert). Returns eight [NT] fp32:
     tile 0's (row g, x row 2c), (g, 2c + 1), (g + 8, 2c), (g + 8, 2c + 1), then tile 1's.
     x rows past M repeat row M - 1 (their columns are the caller's to drop).
-    K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (host.mma_fits). KU:
+    K % (128 KU) == 0; swn a multiple of 16, ssn of 4, sxm of 8 (tiles.mma_fits). KU:
     k-blocks a loop step; STAGES: Triton's pipelining of the loads (1, plain loads into
     registers, measured fastest: tools/device/fp4_decode_microbench.py). kb0: each
     thread's first k-block (a [NT] tensor where warp groups split K; K is then the
@@ -260,7 +260,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     own). PD and KU are then unused. The register loops lean on L1 for x (every warp of
     the program reads it): the launch's carveout must leave L1 its room
     (runtime/triton_smem.fit_carveout; seventeenth session). L2B (128 or 256; 0: none,
-    host.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
+    tiles.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
     the aligned 128 or 256 bytes around them; the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
