@@ -16,10 +16,11 @@ from typing import Optional
 import torch
 
 from sgl_k3_mono.k2.reference import K2RankWeights
+from sgl_k3_mono.k2.tiles import (_next_pow2, _pow2_divisor, _prefetch_bytes, default_tiles, fit_tiles,
+                                  front_helpers, k2_tiles, norm_chunk, resolve_ksx, sdu_fits, situ_chunks)
 from sgl_k3_mono.reference.experts import DenseExperts, Mxfp4Experts
 from sgl_k3_mono.runtime.failure import ErrorRecord, Stall, deadline_ns
 from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS, SLICES, seam_part_width, seam_slice
-from sgl_k3_mono.k2.tiles import _next_pow2, _pow2_divisor, _prefetch_bytes, default_tiles, fit_tiles, front_helpers, k2_tiles, norm_chunk, resolve_ksx, sdu_fits, situ_chunks
 
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked

@@ -363,8 +363,8 @@ def test_front_tile_defaults_to_bn_and_divides_every_front_segment():
     """BNF, the front's own output tile (94 items of 64 rows at a TP-8 rank, for 132
     SMs): BN unless set, and halved until it divides S2, E and L."""
     t = tiles.default_tiles(8, mxfp4=True, mma=True)
-    fit = lambda b, **kw: tiles.fit_tiles(b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584,  # noqa: E731
-                                                       inter=384, mma=True), **kw})
+    fit = lambda b, **kw: tiles.fit_tiles(  # noqa: E731
+        b, **{**dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True), **kw})
     assert fit(t)["BNF"] == fit(t)["BN"] == 64
     assert fit(dict(t, BNF=16))["BNF"] == 16
     assert fit(dict(t, BNF=64), experts=48)["BNF"] == 16  # E 48 = 3 x 16
@@ -455,7 +455,8 @@ def test_the_default_k_split_is_resolved_before_the_tiles_are_fitted():
         t = tiles.resolve_ksx(tiles.default_tiles(rows, mxfp4=True, mma=True), rows=rows, mma=True, **dims)
         f = tiles.fit_tiles(t, **fit)
         assert (f["MMA"], f["KSX"], f["BI"]) == (1, ksx, 128 // ksx), (rows, f)
-    f = tiles.fit_tiles(tiles.resolve_ksx(tiles.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=True, **dims), **fit)
+    one = tiles.default_tiles(1, mxfp4=True, mma=True)
+    f = tiles.fit_tiles(tiles.resolve_ksx(one, rows=1, mma=True, **dims), **fit)
     assert tiles.sdu_fits(f, rows=1, **dims)
     assert tiles.resolve_ksx(tiles.default_tiles(1, mxfp4=True, mma=True), rows=1, mma=False, **dims)["KSX"] == 1
 
