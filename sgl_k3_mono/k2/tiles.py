@@ -64,9 +64,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     where Triton would ask for the largest shared part. With mma the tensor-core dense
     phases step BK 256 at every row count (default_tiles says what was measured). BKN:
     latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (0: latent_up's tile sets
-    both; 64 / 128 at 1 row with mma): o_proj's own register tile and K step (at 1 row
+    both; 64 / 128 with mma): o_proj's own register tile and K step (at 1 row
     latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps each, each restarting the
-    load pipeline; a 64-row tile is one a program, one K loop). STAGES: the dense K loops'
+    load pipeline; a 64-row tile is one a program, one K loop; from 2 rows, measured 1.2-2.6
+    / 2.1-4.7 us faster at 2 / 8 rows three times and tied at 4, twenty-seventh session). STAGES: the dense K loops'
     cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B /
     XL2BD (0 none; 128 or 256): experts_up's / experts_down's mma_fp4 weight and scale
     loads (or ring copies) carry that prefetch-size hint, so a load that misses L2 brings
@@ -108,8 +109,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
                  KSX=-1 if rows in (1, 4) else 1,
                  BKX=256, BKD=128, XPD=1, XPDD=0, XRS=2 if rows == 2 else 0, XRSD=2 if rows == 2 else 0, CARVE=1,
                  XET=2, XL2B=256, XL2BD=256, STAGES=4)
-        if rows == 1:  # o_proj one 64-row tile a program, one K loop (where latent_up's 16-row tiles are 3-4)
-            t.update(BNO=64, BKO=128)
+        # o_proj one 64-row tile a program stepping 128 of K: at 1 row one K loop where latent_up's
+        # 16-row tiles were 3-4, from 2 rows a shorter K step than the dense phases' 256
+        t.update(BNO=64, BKO=128)
         if rows >= 4:  # experts_down's k-blocks (3 at a TP-8 rank) loaded in one step
             t.update(KUD=3)
         if rows == 1:  # 6 / 16 of the shared down's tiles in experts_up (SDU 2), the rest in experts_down

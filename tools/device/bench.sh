@@ -75,7 +75,7 @@ case "${1:-}" in
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
-  bulk)  # mma_fp4's bulk ring (XTB / XTBC, twenty-eighth session): the microbenchmark (warm and past L2)
+  bulk-ab)  # mma_fp4's bulk ring (XTB / XTBC, twenty-eighth session): the microbenchmark (warm and past L2)
          # against the register loop and the cp.async ring, the bitwise test, then K2 at 1 and 8 rows, traced
     ( MB_ROWS=1,8 MB_COLD=1 MB_ONLY="mma nw=8 KU=1 ST=1 PW=0|bulk nw=8|ring nw=8 RS=3 PW=0" \
         timeout 150 python3 tools/device/fp4_decode_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-bulk.log"
