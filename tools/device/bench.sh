@@ -85,6 +85,17 @@ case "${1:-}" in
       XTB=6,XTBC=1
     cat "$OUT/ring-bitwise.out"
     K2_EXTRA=--trace k2_sweep k2-bulk8 100 mxfp4 8 "" XTB=2,XTBC=1 ;;
+  gate-rest)  # what a gate's 470 s cut (twenty-eighth session, call 2): the tensor-map microbenchmark alone first,
+              # then K2's rest group's tail and the step file's real cases side by side, then the MXFP4 step table
+    ( timeout 120 python3 tools/device/fp4_tma_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-tma.log"
+    ( OMP_NUM_THREADS=2 t k2-rest-tail 260 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
+        tests/launch/test_triton_smem.py -k "gpu and (fault_injection or route_row or expert_table or carveout)" ) \
+      > "$OUT/k2-rest-tail.out" 2>&1 &
+    ( OMP_NUM_THREADS=2 t forward-real 260 tests/forward/test_forward_gpu.py -k "real or drafts" ) \
+      > "$OUT/forward-real.out" 2>&1 &
+    wait
+    ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
+    cat "$OUT/k2-rest-tail.out" "$OUT/forward-real.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
