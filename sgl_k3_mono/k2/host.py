@@ -302,18 +302,14 @@ def latent_ssq_slots(latent: int) -> int:
 
 
 def ring_bytes(meta: dict) -> int:
-    """Shared memory mma_fp4's rings take in a launch of these options (0: none): the
-    deeper of the two expert phases' cp.async rings (a stage of RING_STAGE_BYTES_PER_THREAD
-    a thread) or experts_up's bulk ring (tb_ring_bytes), whichever is larger: the phases
-    run one after the other, and each empties its ring before it ends, so they share it."""
+    """Shared memory mma_fp4's ring takes in a launch of these options (0: no ring): the
+    deeper of the two expert phases' rings, a stage of RING_STAGE_BYTES_PER_THREAD a thread."""
     stages = max(meta.get("XRS", 0), meta.get("XRSD", 0))
-    if not stages and not meta.get("XTB"):
+    if not stages:
         return 0
-    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, tb_ring_bytes
+    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
 
-    bulk = tb_ring_bytes(meta["NT"] // 32, meta["XTB"], meta["XTBC"], meta["L"] // meta["KSX"] // 128) \
-        if meta.get("XTB") else 0
-    return max(stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value, bulk)
+    return stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
 
 
 @dataclass
@@ -491,15 +487,7 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            XTB=b.get("XTB", 0) if b["MMA"] else 0, XTBC=b.get("XTBC", 2),
         )
-        if meta["XTB"]:  # the bulk ring copies each line's scales whole 16-byte pieces at a time
-            from sgl_k3_mono.k2.triton.mma_fp4 import tb_scale_bytes
-
-            if sc13.data_ptr() % 16 or sc13.stride(0) % 16 or sc13.stride(1) % 16:
-                raise ValueError(f"K2 tiles: XTB={meta['XTB']}: the bulk ring needs the experts' gate/up scales on "
-                                 f"16 bytes (strides {tuple(sc13.stride())})")
-            meta["XTBSC"] = tb_scale_bytes(pl.latent // meta["KSX"] // 128)
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta
 

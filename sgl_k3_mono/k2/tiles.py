@@ -90,10 +90,6 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
     MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
     rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
-    XTB / XTBC (an option, 0 off; mma_fp4 only): experts_up's weights stream through
-    mma_fp4's bulk ring, XTB stages of XTBC k-blocks a weight row, copied by Hopper's bulk
-    copies (no register, no load slot held while in flight); the same arithmetic in the
-    same order as the register loop, so the same bits.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -312,9 +308,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
-    if b.get("XTB", 0) not in (0, 2, 3, 4, 5, 6) or b.get("XTBC", 2) not in (1, 2, 4):  # mma_fp4's bulk ring
-        raise ValueError(f"K2 tiles: XTB={b.get('XTB', 0)}, XTBC={b.get('XTBC', 2)}; the bulk ring takes 0 or 2..6 "
-                         "stages of 1, 2 or 4 k-blocks")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     for key in ("XL2B", "XL2BD"):  # the expert loads' L2 prefetch-size hint
@@ -344,8 +337,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
         b["KSX"] //= 2  # a split the widths cannot take costs the split, not the mma path
     if b.get("MMA") and not (mma and mma_fits(b, latent=latent, inter=inter)):
         b.update(MMA=0, KSX=1, BI=64, BL=128, BKX=256, BKD=128)
-    if b.get("XTB") and not (b.get("MMA") and latent % 512 == 0):
-        b["XTB"] = 0  # the bulk ring: mma_fp4 only, and scale rows (latent / 32 bytes) on 16 bytes
     if b.get("XL2") and not (b.get("MMA") and _l2_cut_fits(latent // 2, b["BI"], 32 * b["num_warps"])
                              and _l2_cut_fits(inter // 2, b["BL"], 32 * b["num_warps"])):
         b["XL2"] = 0  # an expert row the prefetch cannot cut into whole 16-byte pieces a thread

@@ -296,40 +296,6 @@ def test_the_shared_memory_ring_takes_two_to_four_stages():
                            mma=True)
 
 
-def test_the_bulk_ring_takes_two_to_six_stages_of_whole_chunks():
-    """XTB / XTBC (mma_fp4's bulk ring in experts_up, off by default) take 2..6 stages of
-    1, 2 or 4 k-blocks; other values are refused, never run. The ring needs the mma path and
-    scale rows on 16 bytes (latent a multiple of 512), else it is off; its shared memory is
-    what the host reserves (ring_bytes: the larger of it and the cp.async ring)."""
-    t = dict(tiles.default_tiles(1, mxfp4=True, mma=True), XTB=3, XTBC=2)
-    f = tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert (f["MMA"], f["XTB"], f["XTBC"]) == (1, 3, 2), f
-    for over in (dict(XTB=1), dict(XTB=7), dict(XTBC=3), dict(XTBC=8)):
-        with pytest.raises(ValueError, match="bulk ring"):
-            tiles.fit_tiles(dict(t, **over), hidden=7168, shared2=1536, experts=896, latent=3584, inter=384,
-                           mma=True)
-    assert tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=False)["XTB"] == 0
-    assert tiles.fit_tiles(t, hidden=7168, shared2=1536, experts=896, latent=3200, inter=384, mma=True)["XTB"] == 0
-    from sgl_k3_mono.k2.triton.mma_fp4 import tb_ring_bytes
-
-    meta = dict(NT=256, L=3584, KSX=2, XTB=3, XTBC=2, XRS=0, XRSD=2)
-    # barriers (8 warps x 3 stages x 8 B, to 256), 256 lines of 80 scale bytes, 3 stages of 256 lines x 128 B
-    assert host.ring_bytes(meta) == tb_ring_bytes(8, 3, 2, 14) == 256 + 256 * 80 + 3 * 256 * 128
-    assert host.ring_bytes(dict(meta, XTB=0)) == 2 * 256 * 80  # the cp.async ring alone
-
-
-def test_bulk_ring_scale_lines_hold_every_groups_scales():
-    """A line's scales in the bulk ring are copied in 16-byte pieces around the group's 4
-    bytes a k-block, from any first k-block: tb_scale_bytes covers the widest such span."""
-    from sgl_k3_mono.k2.triton.mma_fp4 import tb_scale_bytes
-
-    for nkb in range(1, 40):
-        for kb0 in range(0, 64):
-            start = (4 * kb0) // 16 * 16
-            end = -(-4 * (kb0 + nkb) // 16) * 16
-            assert end - start <= tb_scale_bytes(nkb) and tb_scale_bytes(nkb) % 16 == 0, (nkb, kb0)
-
-
 def test_expert_down_prefetch_is_its_own_option():
     """XPDD (experts_down's register prefetch) is off by default: at a TP-8 rank that
     phase walks 3 k-blocks, where the ring of XPD 1 would issue 6 loads and 4 mmas. On,

@@ -75,16 +75,6 @@ case "${1:-}" in
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
-  bulk-ab)  # mma_fp4's bulk ring (XTB / XTBC, twenty-eighth session): the microbenchmark (warm and past L2)
-         # against the register loop and the cp.async ring, the bitwise test, then K2 at 1 and 8 rows, traced
-    ( MB_ROWS=1,8 MB_COLD=1 MB_ONLY="mma nw=8 KU=1 ST=1 PW=0|bulk nw=8|ring nw=8 RS=3 PW=0" \
-        timeout 150 python3 tools/device/fp4_decode_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-bulk.log"
-    # the bitwise test beside the sweep's compiles, done before its timing (K2_WAIT)
-    ( t ring-bitwise 170 tests/launch/test_k2.py -k "gpu and ring_is_bitwise" ) > "$OUT/ring-bitwise.out" 2>&1 &
-    K2_WAIT=$! K2_EXTRA=--trace k2_sweep k2-bulk1 150 mxfp4 1 "" XTB=3,XTBC=2 XTB=4,XTBC=1 XTB=2,XTBC=4 XTB=4,XTBC=2 \
-      XTB=6,XTBC=1
-    cat "$OUT/ring-bitwise.out"
-    K2_EXTRA=--trace k2_sweep k2-bulk8 100 mxfp4 8 "" XTB=2,XTBC=1 ;;
   gate-rest)  # what a gate's 470 s cut (twenty-eighth session, call 2): the tensor-map microbenchmark alone first,
               # then K2's rest group's tail and the step file's real cases side by side, then the MXFP4 step table
     ( timeout 120 python3 tools/device/fp4_tma_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-tma.log"

@@ -14,13 +14,11 @@ at a TP-8 rank; 16/32/59/117 experts at 1/2/4/8 rows):
   nib         bit-placement decode in Triton integer ops, weights the rhs
   nibasm      the same through packed PTX (bf16x2 scale multiply), weights the rhs
   nibasmT     packed PTX, weights the lhs (acc [BN, 16]: wgmma M = BN)
-  bulk        the same mma decode fed by the bulk ring (TB stages of TBC k-blocks a line, Hopper's
-              bulk copies into shared memory; twenty-eighth session)
   mma         the weights decoded straight into mma.sync registers (k2/triton/mma_fp4.py;
               KU: 128-code blocks a loop step, ST: pipeline stages of the weight loads, PW:
               an item a warp)
 Run from the repository root on the GPU: `python3 tools/device/fp4_decode_microbench.py`
-(MB_ONLY=<substring>[|<substring>...] filters; MB_COLD=1 also times each mma, ring and bulk variant over
+(MB_ONLY=<substring>[|<substring>...] filters; MB_COLD=1 also times each mma and ring variant over
 eight weight sets in one graph, past L2, so its weights come from HBM as in K2: the same
 times as the warm ones, sixteenth session). Results (docs/evidence/k2-sm90.md):
 seventh session: fast_math takes 22-23 % of the time off gate/up and 13-20 % off down,
@@ -41,8 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds, store_rows  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
-from sgl_k3_mono.k2.triton.mma_fp4 import (RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles, tb_ring_bytes,  # noqa: E402
-                                           tb_scale_bytes)
+from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles  # noqa: E402
 from sgl_k3_mono.runtime.triton_smem import reserve  # noqa: E402
 
 # 4 bytes (8 codes) in $4, scales of elements 0..3 in $5/$6 (bf16x2); lo plane -> $0/$1,
@@ -126,18 +123,17 @@ def _store_mma(out_ptr, acc, e, R, N: tl.constexpr, r0, r1, c, ok):
 @triton.jit(do_not_specialize=["ring_off"])
 def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constexpr,
             KU: tl.constexpr, ST: tl.constexpr, NT: tl.constexpr, PW: tl.constexpr, RS: tl.constexpr = 0,
-            ring_off=0, TB: tl.constexpr = 0, TBC: tl.constexpr = 2, TBSC: tl.constexpr = 0):
+            ring_off=0):
     """out[e, :R] = x @ W_e^T through mma_fp4.mxfp4_mma_tiles, 32 rows a warp. PW: each warp
     takes its own item (expert, 32 rows); else a program's warps share one (NT rows). RS:
-    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers); TB
-    / TBC / TBSC: its bulk ring instead."""
+    mma_fp4's shared-memory ring of RS stages at ring_off (0: plain loads into registers)."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
     NW: tl.constexpr = NT // 32
-    if (RS > 0 or TB > 0) and n_e < 0:  # never runs: a cross-warp sum, so that Triton declares global_smem for the ring
+    if RS > 0 and n_e < 0:  # never runs: a cross-warp sum, so that Triton declares global_smem for the ring
         tl.store(out_ptr + t, tl.sum(t, 0) + t)
     if PW:
         for it in range(pid * NW, n_e * (N // 32), nprog * NW):
@@ -147,24 +143,20 @@ def fp4_mma(x_ptr, w_ptr, s_ptr, out_ptr, n_e, R, N: tl.constexpr, K: tl.constex
             e = (wi // (N // 32)).to(tl.int64)
             r0 = (wi % (N // 32)) * 32 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off, 0, TB, TBC, TBSC)
+                                  r0, r0 + 16, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + 16, c, ok)
     else:
         for item in range(pid, n_e * (N // NT), nprog):
             e = (item // (N // NT)).to(tl.int64)
             r0 = (item % (N // NT)) * NT + (t // 32) * 16 + g
             acc = mxfp4_mma_tiles(x_ptr, K, R, w_ptr + e * N * (K // 2), K // 2, s_ptr + e * N * (K // 32), K // 32,
-                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off, 0, TB, TBC,
-                                  TBSC)
+                                  r0, r0 + NT // 2, K, NT, KU, ST, 0, 0, RS, ring_off)
             _store_mma(out_ptr, acc, e, R, N, r0, r0 + NT // 2, c, t >= 0)
 
 
 MMA_TILES = [(nw, ku, st, pw) for nw in (4, 8, 16) for ku in (1, 2, 4) for st in (1, 2) for pw in (0, 1)]
 # mma_fp4's shared-memory ring (fifteenth session): warps, stages, an item a warp
 RING_TILES = [(nw, rs, pw) for nw in (4, 8, 16) for rs in (2, 3, 4) for pw in (0, 1)]
-# mma_fp4's bulk ring (twenty-eighth session): warps, stages, k-blocks a copy
-TB_TILES = [(8, tb, tbc) for tb, tbc in ((2, 2), (3, 2), (4, 2), (3, 1), (4, 1), (6, 1), (2, 4), (3, 4))] + \
-    [(4, 3, 2), (4, 4, 2), (16, 3, 1)]
 
 
 def main():
@@ -225,22 +217,6 @@ def main():
                 try:
                     ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)
                     meta["ring_off"] = reserve(ck, rs * 32 * nw * RING_STAGE_BYTES_PER_THREAD.value)
-                except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
-                    print(f"MB fp4 {name} N={N} FAILED {type(ex).__name__}: {str(ex)[:300]}", flush=True)
-                    continue
-                go(name, fp4_mma, num_warps=nw, **meta)
-                if os.environ.get("MB_COLD") == "1":
-                    cold(name, nw, meta)
-        for nw, tb, tbc in TB_TILES:
-            if N % (32 * nw) == 0 and (K // 128) >= tbc and (K // 32) % 16 == 0:
-                meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=0, TB=tb,
-                            TBC=tbc, TBSC=tb_scale_bytes(K // 128))
-                name = f"bulk nw={nw} TB={tb} TBC={tbc}"
-                if not any(part in f"fp4 {name}" for part in os.environ.get("MB_ONLY", "").split("|")):
-                    continue
-                try:
-                    ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)
-                    meta["ring_off"] = reserve(ck, tb_ring_bytes(nw, tb, tbc, K // 128))
                 except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
                     print(f"MB fp4 {name} N={N} FAILED {type(ex).__name__}: {str(ex)[:300]}", flush=True)
                     continue

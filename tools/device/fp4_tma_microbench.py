@@ -1,7 +1,8 @@
 """Design microbenchmark: K2's MXFP4 expert gate/up fed by Hopper's tensor copies (sm_90).
 
-The twenty-eighth session's bulk ring (k2/triton/mma_fp4.py, TB) copies each weight row's
-chunk with its own 1-D bulk copy, 32 a warp a chunk, and lost to the register loop: its time
+The twenty-eighth session's bulk ring (an mma_fp4 option then, XTB: `git show abd90e2`)
+copied each weight row's chunk with its own 1-D bulk copy, 32 a warp a chunk, and lost to
+the register loop: its time
 fell with the bytes a copy carried (55 / 37 / 28.5 us for 64 / 128 / 256-byte copies at 1
 row), so the copies' count, not the bytes in flight, bounded it. This variant asks the
 same of a tensor map instead: one copy a 16-row tile (a [16 rows, 256 bytes] box, 4 KB) and
@@ -30,10 +31,75 @@ sys.path.insert(0, os.getcwd())
 from fp4_decode_microbench import _store_mma, fp4_mma  # noqa: E402
 from gemv_microbench import copy_gbs, fp4_case  # noqa: E402
 
-from sgl_k3_mono.k2.triton.mma_fp4 import (_RING_BASE, RING_STAGE_BYTES_PER_THREAD, _kblock_mma,  # noqa: E402
-                                           _tb_read, _tb_wait, _TB_FENCE, _TB_INIT, _TB_INVAL, _words)
+from sgl_k3_mono.k2.triton.mma_fp4 import (_RING_BASE, _RING_READ_IO, _RING_READ_T,  # noqa: E402
+                                           RING_STAGE_BYTES_PER_THREAD, _kblock_mma, _words)
 from sgl_k3_mono.runtime.triton_smem import reserve  # noqa: E402
 from sgl_k3_mono.timing import graph_time_us  # noqa: E402
+
+# a warp's mbarriers (lane 0 inits, arms and retires them), the bounded wait on a phase, and a
+# k-block's reads from a stage (four rows a thread at a stride, their four scale words)
+_TB_INIT = tl.constexpr("""{
+.reg .pred p;
+setp.ne.u32 p, $2, 0;
+@p mbarrier.init.shared::cta.b64 [$1], 1;
+mov.u32 $0, 0;
+}""")
+
+_TB_FENCE = tl.constexpr("fence.mbarrier_init.release.cluster; bar.warp.sync 0xffffffff; mov.u32 $0, 0;")
+
+_TB_INVAL = tl.constexpr("""{
+.reg .pred p;
+setp.ne.u32 p, $2, 0;
+@p mbarrier.inval.shared::cta.b64 [$1];
+mov.u32 $0, 0;
+}""")
+
+# wait for the phase of parity $2 of the barrier at $1 to complete; a copy that never lands
+# (a wrong byte count) traps after a second of %globaltimer instead of hanging the launch
+_TB_WAIT = tl.constexpr("""{
+.reg .pred p;
+.reg .u64 t0, t1;
+mov.u64 t0, %globaltimer;
+TB_WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;
+@p bra TB_DONE;
+mov.u64 t1, %globaltimer;
+sub.u64 t1, t1, t0;
+setp.lt.u64 p, t1, 1000000000;
+@p bra TB_WAIT;
+trap;
+TB_DONE:
+mov.u32 $0, 0;
+}""")
+
+# a k-block's 16 weight words and 4 scale words from the warp's stage: lines g, 8 + g,
+# 16 + g, 24 + g at $20 (weights, stride $22) and $21 (scales, stride $23)
+_TB_READ = tl.constexpr("""{
+.reg .u32 d, e;
+ld.shared.v4.u32 {$0, $1, $2, $3}, [$20];
+ld.shared.u32 $16, [$21];
+add.u32 d, $20, $22; add.u32 e, $21, $23;
+ld.shared.v4.u32 {$4, $5, $6, $7}, [d];
+ld.shared.u32 $17, [e];
+add.u32 d, d, $22; add.u32 e, e, $23;
+ld.shared.v4.u32 {$8, $9, $10, $11}, [d];
+ld.shared.u32 $18, [e];
+add.u32 d, d, $22; add.u32 e, e, $23;
+ld.shared.v4.u32 {$12, $13, $14, $15}, [d];
+ld.shared.u32 $19, [e];
+}""")
+
+
+@triton.jit
+def _tb_wait(bar, parity):
+    return tl.inline_asm_elementwise(_TB_WAIT, "=r,r,r", [bar, parity], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _tb_read(wslot, sslot, wst, sst):
+    return tl.inline_asm_elementwise(_TB_READ, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
+                                     is_pure=False, pack=1)
+
 
 STAGE_BYTES = tl.constexpr(8704)
 """A warp's stage: two [16, 256 B] weight boxes and two [16, 16 B] scale boxes."""

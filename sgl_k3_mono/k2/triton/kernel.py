@@ -320,7 +320,7 @@ def k2_kernel(
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
     # FR: the first helper program (tiles.front_helpers; it moves with the rows, so not a
     # constexpr: every row count of a tile class shares one build); where mma_fp4's
-    # shared-memory ring or bulk ring starts (XRS / XRSD / XTB > 0; runtime/triton_smem.py)
+    # shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
     frh, ring_off,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
@@ -341,8 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, XTB: tl.constexpr = 0,
-    XTBC: tl.constexpr = 2, XTBSC: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -581,8 +580,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B, XTB,
-                                          XTBC, XTBSC)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),

@@ -124,116 +124,6 @@ RING_STAGES = (2, 3, 4)
 """The ring depths _ring_read implements."""
 
 
-# The bulk ring (TB > 0): the weights stream into shared memory by Hopper's bulk copies
-# (cp.async.bulk, the TMA engine), which hold no register and no load slot while in flight, so
-# a warp keeps TB - 1 chunks of TBC k-blocks of its 32 weight rows moving while it decodes
-# one (at 1 row a program's register loop kept about one k-block, 20 KB an SM, in flight:
-# twenty-first session). Each warp owns its rows ("lines": tile 0's rows g and g + 8 are
-# lines g and 8 + g, tile 1's 16 + g and 24 + g), its TB stages and an mbarrier a stage;
-# lane L copies line L, lane 0 tells the stage's barrier how many bytes to expect, and the
-# warp waits on the barrier's phase before reading. Only the warp reads its stages, so a
-# bar.warp.sync (after its reads, before the refill) is the only ordering needed. The
-# group's scale bytes of each line (16-byte aligned around them) come once, with chunk 0.
-_TB_INIT = tl.constexpr("""{
-.reg .pred p;
-setp.ne.u32 p, $2, 0;
-@p mbarrier.init.shared::cta.b64 [$1], 1;
-mov.u32 $0, 0;
-}""")
-_TB_FENCE = tl.constexpr("fence.mbarrier_init.release.cluster; bar.warp.sync 0xffffffff; mov.u32 $0, 0;")
-_TB_INVAL = tl.constexpr("""{
-.reg .pred p;
-setp.ne.u32 p, $2, 0;
-@p mbarrier.inval.shared::cta.b64 [$1];
-mov.u32 $0, 0;
-}""")
-# $1 / $2: the line's weight slot and source, $3 its bytes (0: none); $4 / $5 / $6 the same
-# for its scales; $7 the stage's barrier; $8 the bytes the barrier is to expect (lane 0's
-# share: the whole warp's; 0 elsewhere). The expectation is set before any copy is issued,
-# and the warp syncs first, so no lane refills a slot another lane is still reading.
-_TB_ISSUE = tl.constexpr("""{
-.reg .pred p;
-.reg .b64 st;
-setp.ne.u32 p, $8, 0;
-@p mbarrier.arrive.expect_tx.shared::cta.b64 st, [$7], $8;
-bar.warp.sync 0xffffffff;
-setp.ne.u32 p, $3, 0;
-@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$1], [$2], $3, [$7];
-setp.ne.u32 p, $6, 0;
-@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$4], [$5], $6, [$7];
-mov.u32 $0, 0;
-}""")
-_TB_ISSUE_IO = tl.constexpr("=r,r,l,r,r,l,r,r,r")
-# wait for the phase of parity $2 of the barrier at $1 to complete; a copy that never lands
-# (a wrong byte count) traps after a second of %globaltimer instead of hanging the launch
-_TB_WAIT = tl.constexpr("""{
-.reg .pred p;
-.reg .u64 t0, t1;
-mov.u64 t0, %globaltimer;
-TB_WAIT:
-mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;
-@p bra TB_DONE;
-mov.u64 t1, %globaltimer;
-sub.u64 t1, t1, t0;
-setp.lt.u64 p, t1, 1000000000;
-@p bra TB_WAIT;
-trap;
-TB_DONE:
-mov.u32 $0, 0;
-}""")
-# a k-block's 16 weight words and 4 scale words from the warp's stage: lines g, 8 + g,
-# 16 + g, 24 + g at $20 (weights, stride $22) and $21 (scales, stride $23)
-_TB_READ = tl.constexpr("""{
-.reg .u32 d, e;
-ld.shared.v4.u32 {$0, $1, $2, $3}, [$20];
-ld.shared.u32 $16, [$21];
-add.u32 d, $20, $22; add.u32 e, $21, $23;
-ld.shared.v4.u32 {$4, $5, $6, $7}, [d];
-ld.shared.u32 $17, [e];
-add.u32 d, d, $22; add.u32 e, e, $23;
-ld.shared.v4.u32 {$8, $9, $10, $11}, [d];
-ld.shared.u32 $18, [e];
-add.u32 d, d, $22; add.u32 e, e, $23;
-ld.shared.v4.u32 {$12, $13, $14, $15}, [d];
-ld.shared.u32 $19, [e];
-}""")
-TB_STAGES = (2, 3, 4, 5, 6)
-"""The bulk ring depths the host accepts (tiles.fit_tiles)."""
-TB_CHUNKS = (1, 2, 4)
-"""k-blocks a bulk copy carries a line (TBC)."""
-TB_BAR_BYTES = tl.constexpr(128)
-"""Shared memory before the bulk ring's scale lines, per (warp, stage) barrier 8 bytes, rounded up to 128 a launch."""
-
-
-def tb_scale_bytes(kblocks: int) -> int:
-    """Bytes a line's scales take in the bulk ring for a group of `kblocks` k-blocks starting
-    at any k-block: its 4 bytes a k-block widened to 16-byte alignment at both ends."""
-    return -(-(4 * kblocks + 24) // 16) * 16
-
-
-def tb_ring_bytes(num_warps: int, stages: int, chunk: int, kblocks: int) -> int:
-    """The bulk ring's shared memory a program: barriers, scale lines, weight stages."""
-    bars = -(-(8 * num_warps * stages) // TB_BAR_BYTES.value) * TB_BAR_BYTES.value
-    return bars + num_warps * 32 * tb_scale_bytes(kblocks) + stages * num_warps * 32 * chunk * 64
-
-
-@triton.jit
-def _tb_issue(wdst, wsrc, wbytes, sdst, ssrc, sbytes, bar, expect):
-    return tl.inline_asm_elementwise(_TB_ISSUE, _TB_ISSUE_IO, [wdst, wsrc, wbytes, sdst, ssrc, sbytes, bar, expect],
-                                     dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _tb_wait(bar, parity):
-    return tl.inline_asm_elementwise(_TB_WAIT, "=r,r,r", [bar, parity], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _tb_read(wslot, sslot, wst, sst):
-    return tl.inline_asm_elementwise(_TB_READ, _RING_READ_IO, [wslot, sslot, wst, sst], dtype=_RING_READ_T,
-                                     is_pure=False, pack=1)
-
-
 @triton.jit
 def _bfrag(x0, x1, x2, x3):
     return tl.inline_asm_elementwise(_BFRAG, "=r,=r,=r,=r,r,r,r,r", [x0, x1, x2, x3],
@@ -349,8 +239,7 @@ def _scales(ptr, c, L2B: tl.constexpr = 0):
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0, TB: tl.constexpr = 0,
-                    TBC: tl.constexpr = 2, TBSC: tl.constexpr = 0):
+                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -372,11 +261,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     the program reads it): the launch's carveout must leave L1 its room
     (runtime/triton_smem.fit_carveout; seventeenth session). L2B (128 or 256; 0: none,
     tiles.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
-    the aligned 128 or 256 bytes around them; the same bytes, so the same bits.
-    TB (TB_STAGES; 0: off): the weights stream through the bulk ring (above) of TB stages of
-    TBC k-blocks a line, the scales once an item (TBSC = tb_scale_bytes of the group's
-    k-blocks), at ring_off (tb_ring_bytes reserved there); x is read from global memory
-    (L1) at its k-block. RS, PD and KU are then unused."""
+    the aligned 128 or 256 bytes around them; the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -400,67 +285,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     c0 = tl.zeros((NT,), tl.float32)
     c1, c2, c3, c4, c5, c6, c7 = c0, c0, c0, c0, c0, c0, c0
     d0, d1, d2, d3, d4, d5, d6, d7 = c0, c0, c0, c0, c0, c0, c0, c0
-    if TB > 0:
-        NW: tl.constexpr = NT // 32
-        CHB: tl.constexpr = TBC * 64
-        SST: tl.constexpr = NW * 32 * CHB  # one stage to the next
-        lane = t % 32
-        warp = t // 32
-        nkb = t * 0 + K // 128
-        nch = (K // 128 + TBC - 1) // TBC
-        base = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) + ring_off
-        bar0 = base + warp * (TB * 8)
-        scales0 = base + (NW * TB * 8 + TB_BAR_BYTES - 1) // TB_BAR_BYTES * TB_BAR_BYTES
-        sline = scales0 + warp * (32 * TBSC)
-        wline = scales0 + NW * 32 * TBSC + warp * (32 * CHB)  # the warp's stage 0
-        # lane L copies line L: tile L // 16's row L % 16
-        row = tl.where(lane < 16, r0, r1) - g + lane % 16
-        wsrc = w_ptr + row.to(tl.int64) * swn + kb0 * 64
-        sstart = (kb0 * 4) // 16 * 16
-        sbytes = ((kb0 + nkb) * 4 + 15) // 16 * 16 - sstart
-        ssrc = s_ptr + row.to(tl.int64) * ssn + sstart
-        one = (lane == 0).to(tl.int32)
-        for s in tl.static_range(TB):
-            tl.inline_asm_elementwise(_TB_INIT, "=r,r,r", [bar0 + s * 8, one], dtype=tl.int32, is_pure=False, pack=1)
-        tl.inline_asm_elementwise(_TB_FENCE, "=r,r", [t], dtype=tl.int32, is_pure=False, pack=1)
-        for s in tl.static_range(TB):
-            wb = tl.maximum(tl.minimum(nkb - s * TBC, TBC), 0) * 64
-            sb = sbytes * (1 if s == 0 else 0)
-            _tb_issue(wline + lane * CHB + s * SST, wsrc + s * CHB, wb, sline + lane * TBSC, ssrc, sb, bar0 + s * 8,
-                      one * (32 * (wb + sb)))
-        wrd = wline + g * CHB + c * 16
-        srd = sline + g * TBSC + (kb0 * 4 - sstart)
-        for j in tl.range(0, nch, num_stages=1):
-            st = j % TB
-            _tb_wait(bar0 + st * 8, (j // TB) & 1)
-            for u in tl.static_range(TBC):
-                kb = j * TBC + u
-                kc = tl.minimum(kb, nkb - 1)
-                w = _tb_read(wrd + st * SST + u * 64, srd + kc * 4, 8 * CHB, 8 * TBSC)
-                xk = xq + kc * 64
-                x0, x1, x2, x3 = _words(xk)
-                x4, x5, x6, x7 = _words(xk + 4)
-                x8, x9, x10, x11 = _words(xk + 8)
-                x12, x13, x14, x15 = _words(xk + 12)
-                v = (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
-                     w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8], w[9], w[10], w[11], w[12], w[13], w[14],
-                     w[15], w[16], w[17], w[18], w[19])
-                # a k-block past the group's end (the last chunk's tail) reads a stale slot,
-                # finite codes whatever it holds, and adds exact zeros with its scales zeroed
-                c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    v, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb < nkb, RAW=True)
-            # refill this stage with chunk j + TB once every lane has read it (_TB_ISSUE syncs)
-            nx = j + TB
-            wb = tl.maximum(tl.minimum(nkb - nx * TBC, TBC), 0) * 64
-            _tb_issue(wline + lane * CHB + st * SST, wsrc + nx * CHB, wb, sline, ssrc, 0, bar0 + st * 8,
-                      one * (32 * wb))
-        # every lane past its last read before lane 0 retires the barriers for the next item
-        tl.inline_asm_elementwise("bar.warp.sync 0xffffffff; mov.u32 $0, 0;", "=r,r", [t], dtype=tl.int32,
-                                  is_pure=False, pack=1)
-        for s in tl.static_range(TB):
-            tl.inline_asm_elementwise(_TB_INVAL, "=r,r,r", [bar0 + s * 8, one], dtype=tl.int32, is_pure=False,
-                                      pack=1)
-    elif RS > 0:
+    if RS > 0:
         wst = NT * 16
         sst = NT * 4
         SB: tl.constexpr = NT * RING_STAGE_BYTES_PER_THREAD
