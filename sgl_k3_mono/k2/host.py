@@ -301,18 +301,15 @@ def latent_ssq_slots(latent: int) -> int:
     return _next_pow2(max(latent // 16, 1))
 
 
-def ring_bytes(meta: dict, rows: int = MAX_ROWS) -> int:
-    """Shared memory a launch of these options manages by hand past Triton's own (0: none):
-    mma_fp4's ring, the deeper of the two expert phases' rings at a stage of
-    RING_STAGE_BYTES_PER_THREAD a thread, then XS's copy of experts_up's x for the plan's
-    `rows` (default: the most a plan takes)."""
+def ring_bytes(meta: dict) -> int:
+    """Shared memory mma_fp4's ring takes in a launch of these options (0: no ring): the
+    deeper of the two expert phases' rings, a stage of RING_STAGE_BYTES_PER_THREAD a thread."""
     stages = max(meta.get("XRS", 0), meta.get("XRSD", 0))
-    if not stages and not meta.get("XS"):
+    if not stages:
         return 0
-    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, xs_bytes
+    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
 
-    xs = xs_bytes(rows, meta["L"]) if meta.get("XS") else 0
-    return stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value + xs
+    return stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
 
 
 @dataclass
@@ -490,7 +487,6 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            XS=int(b.get("XS", 0)) if b["MMA"] else 0,
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta
@@ -530,7 +526,7 @@ class K2Launch:
         from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
         grid = (self.plan.grid,)
-        nbytes = ring_bytes(meta, self.plan.rows)
+        nbytes = ring_bytes(meta)
         if nbytes or meta["CARVE"]:
             from sgl_k3_mono.runtime import triton_smem
 

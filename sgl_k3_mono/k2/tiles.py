@@ -90,9 +90,6 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
     MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
     rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
-    XS (an option, 0 off; mma_fp4 only): experts_up's x (the M latent rows every item reads)
-    is staged once a program in shared memory past the ring and read there, not through L1
-    (mma_fp4.stage_x; the same words, so the same bits).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -311,8 +308,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XRS", "XRSD"):  # mma_fp4's shared-memory ring: RING_STAGES (0: off)
         if b.get(key, 0) not in (0, 2, 3, 4):
             raise ValueError(f"K2 tiles: {key}={b[key]}; the shared-memory ring takes 0 or 2..4 stages")
-    if b.get("XS", 0) not in (0, 1):  # experts_up's x staged in shared memory, or read through L1
-        raise ValueError(f"K2 tiles: XS={b['XS']}; experts_up's x is staged in shared memory (1) or not (0)")
     if b.get("CARVE", 0) not in (0, 1):  # the launch's carveout: fitted to its block, or the driver's
         raise ValueError(f"K2 tiles: CARVE={b['CARVE']}; the fitted carveout is 0 or 1")
     for key in ("XL2B", "XL2BD"):  # the expert loads' L2 prefetch-size hint

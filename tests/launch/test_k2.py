@@ -148,9 +148,7 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              # a routing phase of its own (FR 0; the default routes inside the front), bf16 and MXFP4
              Case("k3-small", 2, "bf16", "sm_90", nvb=1, seed=58, tiles="FR=0"),
              Case("k3-small", 7, "mxfp4", "sm_90", nvb=3, seed=59, tiles="FR=0"),
-             Case("k3-small", 4, "mxfp4", "sm_90", nvb=2, seed=62, tiles="LSQ=0"),
-             # experts_up's x staged in shared memory (XS, an option), with the K split's groups
-             Case("k3-small", 3, "mxfp4", "sm_90", nvb=1, seed=66, tiles="XS=1,KSX=2")]
+             Case("k3-small", 4, "mxfp4", "sm_90", nvb=2, seed=62, tiles="LSQ=0")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
@@ -256,7 +254,6 @@ def test_k2_gpu_expert_options_against_the_default_launch():
                            ("XET=1,SEAM_SPLIT=0", True), ("XET=2,XDB=1,SEAM_SPLIT=0", True),
                            ("XL2B=256,XL2BD=256,SEAM_SPLIT=0", True), ("KUD=3,SEAM_SPLIT=0", True),
                            ("XL2B=128,XL2BD=128,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
-                           ("XS=1,SEAM_SPLIT=0", True), ("XS=1,XRS=2,XRSD=2,SEAM_SPLIT=0", True),
                            ("KSX=2,XPD=0,SEAM_SPLIT=0", False), ("BNO=0,SEAM_SPLIT=0", False),
                            ("XPD=0", False), ("", False)):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
@@ -276,10 +273,9 @@ def test_k2_gpu_expert_options_against_the_default_launch():
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", (1, 8))
 def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
-    """mma_fp4's shared-memory ring (XRS / XRSD) and experts_up's x from shared memory (XS)
-    feed the same mmas in the same order as the plain register loop, so the launch's output
-    is bitwise the plain one's (real TP-8 rank shapes, MXFP4, the one-program seam; at 1 row
-    with the SDU choice and the K split's two groups, at 8 without)."""
+    """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as
+    the plain register loop, so the launch's output is bitwise the plain one's (real TP-8
+    rank shapes, MXFP4, the one-program seam; at 1 row with the SDU choice, at 8 without)."""
     import torch
     from k2_cases import case_dims, run_case
 
@@ -290,8 +286,7 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     assert ref["mma"]
-    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0", "XS=1,SEAM_SPLIT=0",
-                  "XS=1,XRS=3,SEAM_SPLIT=0"):
+    for tiles in ("XRS=3,XRSD=3,SEAM_SPLIT=0", "XRS=2,XRSD=3,SEAM_SPLIT=0"):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
         diff = (got["out"] - ref["out"]).abs()
         print(f"\nK2RING M={rows} {tiles}: against the register loop max_abs={diff.max().item():.4g} "

@@ -296,20 +296,6 @@ def test_the_shared_memory_ring_takes_two_to_four_stages():
                            mma=True)
 
 
-def test_staged_x_is_an_option_the_reservation_holds():
-    """XS (experts_up's x staged in shared memory, off by default) is 0 or 1; the host
-    reserves its rows past the ring (2 L + 16 bytes a row, for the plan's rows)."""
-    t = dict(tiles.default_tiles(8, mxfp4=True, mma=True), XS=1)
-    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384, mma=True)
-    assert tiles.fit_tiles(t, **fit)["XS"] == 1
-    with pytest.raises(ValueError, match="XS=2"):
-        tiles.fit_tiles(dict(t, XS=2), **fit)
-    meta = dict(NT=256, L=3584, XRS=2, XRSD=0, XS=1)
-    assert host.ring_bytes(meta, 8) == 2 * 256 * 80 + 8 * (2 * 3584 + 16)
-    assert host.ring_bytes(dict(meta, XRS=0), 1) == 2 * 3584 + 16
-    assert host.ring_bytes(dict(meta, XS=0), 8) == 2 * 256 * 80
-
-
 def test_expert_down_prefetch_is_its_own_option():
     """XPDD (experts_down's register prefetch) is off by default: at a TP-8 rank that
     phase walks 3 k-blocks, where the ring of XPD 1 would issue 6 loads and 4 mmas. On,

@@ -75,13 +75,6 @@ case "${1:-}" in
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
-  xs)  # experts_up's x staged in shared memory (XS, twenty-eighth session): its bitwise rows (the options test at
-        # 4 rows, the ring test at 1 and 8, a small case) beside the sweep's compiles, then the A/B, traced
-    ( OMP_NUM_THREADS=2 t xs-bitwise 210 tests/launch/test_k2.py -k "gpu and (ring_is_bitwise or expert_options or XS)" ) \
-      > "$OUT/xs-bitwise.out" 2>&1 &
-    K2_WAIT=$! K2_EXTRA=--trace k2_sweep k2-xs 120 mxfp4 1,2,4,8 "" XS=1
-    cat "$OUT/xs-bitwise.out"
-    K2_EXTRA=--trace k2_sweep k2-xs1 90 mxfp4 1 XS=1,XRS=3 XS=1,XRS=3,XRSD=3 ;;
   gate-rest)  # what a gate's 470 s cut (twenty-eighth session, call 2): the tensor-map microbenchmark alone first,
               # then K2's rest group's tail and the step file's real cases side by side, then the MXFP4 step table
     ( timeout 120 python3 tools/device/fp4_tma_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-tma.log"

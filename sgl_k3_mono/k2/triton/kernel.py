@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
-from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles, stage_x
+from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_row, table_expert, table_slot,
                                            user_count, user_rows, write_expert_table)
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
@@ -320,7 +320,7 @@ def k2_kernel(
     sync_ptr, err_addr, deadline_ns, rank, layer, stall_phase, trace_ptr,
     # FR: the first helper program (tiles.front_helpers; it moves with the rows, so not a
     # constexpr: every row count of a tile class shares one build); where mma_fp4's
-    # shared-memory ring starts (XRS / XRSD > 0; XS's x follows it; runtime/triton_smem.py)
+    # shared-memory ring starts (XRS / XRSD > 0; runtime/triton_smem.py)
     frh, ring_off,
     # shapes and constants
     H: tl.constexpr, A: tl.constexpr, S2: tl.constexpr, E: tl.constexpr, L: tl.constexpr,
@@ -341,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, XS: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -558,12 +558,6 @@ def k2_kernel(
         # 2 rows its registers (128 and an 80-byte stack, against 255 and none; CPU compile)
         # (SDUT of the H // BN tiles here; the rest stay in experts_down: at 1 row the idle
         # programs' share of all of them had been the phase's pole)
-        # XS: the phase's x (the same M latent rows for every item) staged once in shared
-        # memory past the ring, so the expert loops read it there and not through L1
-        XSO: tl.constexpr = (XRS if XRS > XRSD else XRSD) * NT * RING_STAGE_BYTES_PER_THREAD
-        if MMA and XS:
-            stage_x(xin_ptr, L, M, ring_off + XSO, NT, L)
-            tl.debug_barrier()
         up_stop = n_up + SDUT
         up_step = nprog
         if SDU == 2:
@@ -586,8 +580,7 @@ def k2_kernel(
                                             L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B, XS,
-                                          ring_off + XSO)
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),

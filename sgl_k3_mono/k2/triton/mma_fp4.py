@@ -176,78 +176,12 @@ def _ring_read(wslot, sslot, wst, sst, RS: tl.constexpr):
                                          is_pure=False, pack=1)
 
 
-# x from shared memory (XS): a k-block's 16 words of a thread's chunk at $17 (its 64 bytes),
-# the four 16-byte slots read in the order $16 swizzles them (see stage_x)
-_XS_WORDS = tl.constexpr("""{
-.reg .u32 a;
-xor.b32 a, $16, 0; add.u32 a, $17, a;
-ld.shared.v4.u32 {$0, $1, $2, $3}, [a];
-xor.b32 a, $16, 16; add.u32 a, $17, a;
-ld.shared.v4.u32 {$4, $5, $6, $7}, [a];
-xor.b32 a, $16, 32; add.u32 a, $17, a;
-ld.shared.v4.u32 {$8, $9, $10, $11}, [a];
-xor.b32 a, $16, 48; add.u32 a, $17, a;
-ld.shared.v4.u32 {$12, $13, $14, $15}, [a];
-}""")
-
-
 @triton.jit
-def _xs_words(addr, sw):
-    return tl.inline_asm_elementwise(_XS_WORDS, "=r," * 16 + "r,r", [sw, addr], dtype=(tl.int32,) * 16,
-                                     is_pure=False, pack=1)
-
-
-# stage_x's copy of one 16-byte chunk: $1 the source, $2 the slot, $3 nonzero to copy
-_XS_STAGE = tl.constexpr("""{
-.reg .pred p;
-.reg .b32 a, b, c, d;
-setp.ne.u32 p, $3, 0;
-@p ld.global.v4.u32 {a, b, c, d}, [$1];
-@p st.shared.v4.u32 [$2], {a, b, c, d};
-mov.u32 $0, 0;
-}""")
-XS_ROW_PAD = tl.constexpr(16)
-"""Bytes past each staged x row (XS): the next row's chunks move one 16-byte slot along the
-banks, so the two rows a quarter-warp reads never share a bank (with stage_x's swizzle)."""
-
-
-def xs_bytes(rows: int, width: int) -> int:
-    """Shared memory stage_x takes for `rows` rows of a bf16 x `width` wide."""
-    return rows * (2 * width + XS_ROW_PAD.value)
-
-
-@triton.jit
-def stage_x(x_ptr, sxm, M, xs_off, NT: tl.constexpr, WIDTH: tl.constexpr):
-    """Copy x[:M] (bf16 rows of WIDTH, row stride sxm elements) into shared memory at byte
-    offset xs_off of the launch's buffer, for mxfp4_mma_tiles' XS; the caller syncs the CTA
-    before the first read. Row r starts at r * (2 WIDTH + XS_ROW_PAD); within it, 16-byte
-    slot s sits at s XOR 2 (s // 8 % 2): the four threads c of a row read slots 4 c + q of a
-    k-block together, and slots 8 apart share the banks, so threads 2 and 3 read theirs in
-    the order q ^ 2 (and the row pad moves the other row of the quarter-warp one slot on)."""
-    t = tl.arange(0, NT)
-    CH: tl.constexpr = WIDTH // 8  # 16-byte chunks a row
-    base = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) + xs_off
-    xb = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    for i0 in range(0, M * CH, NT):
-        i = i0 + t
-        ok = i < M * CH
-        i = tl.minimum(i, M * CH - 1)
-        r = i // CH
-        sl = i % CH
-        dst = base + r * (2 * WIDTH + XS_ROW_PAD) + (sl ^ (((sl >> 3) & 1) << 1)) * 16
-        tl.inline_asm_elementwise(_XS_STAGE, "=r,l,r,r", [xb + r.to(tl.int64) * (sxm // 2) + sl * 4, dst,
-                                                          ok.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _xwords(xq, kb, XS: tl.constexpr = 0, sw=0):
+def _xwords(xq, kb):
     """x's 16 words of k-block kb at each thread's chunk, as four 16-byte loads in PTX: the
     ring loop carries them one k-block ahead, and a tl.load carried across the loop would
     come out in Triton's coalesced layout and cross to the mma's through shared memory (a
-    CTA barrier per k-block: sm_90 SASS, fifteenth session). XS: xq is the thread's shared-memory
-    address of x (stage_x), sw its swizzle."""
-    if XS:
-        return _xs_words(xq + kb * 256, sw)
+    CTA barrier per k-block: sm_90 SASS, fifteenth session)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = tl.inline_asm_elementwise(_LD16, "=r,=r,=r,=r,l", [xk], dtype=(tl.int32,) * 4,
                                                is_pure=False, pack=1)
@@ -305,7 +239,7 @@ def _scales(ptr, c, L2B: tl.constexpr = 0):
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0, XS: tl.constexpr = 0, xs_off=0):
+                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -327,9 +261,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     the program reads it): the launch's carveout must leave L1 its room
     (runtime/triton_smem.fit_carveout; seventeenth session). L2B (128 or 256; 0: none,
     tiles.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
-    the aligned 128 or 256 bytes around them; the same bytes, so the same bits. XS (0 / 1): x is read from
-    the copy stage_x left in shared memory at byte offset xs_off (the CTA synced since), not
-    through L1; the same words, so the same bits."""
+    the aligned 128 or 256 bytes around them; the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -338,10 +270,6 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     # is one scale group (byte c of the k-block's scale word)
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16 + kb0 * 64
-    sw = (c >> 1) * 32  # XS: threads 2 and 3 read their slots in the order q ^ 2 (stage_x)
-    if XS:
-        xq = tl.inline_asm_elementwise(_RING_BASE, "=r,r", [t], dtype=tl.int32, is_pure=True, pack=1) + xs_off \
-            + tl.minimum(g, M - 1) * (2 * sxm + XS_ROW_PAD) + c * 64 + kb0 * 256
     w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
     pb0 = pa0 + 8 * (swn // 4)
@@ -370,7 +298,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0), L2B)
-        xw = _xwords(xq, 0, XS, sw)
+        xw = _xwords(xq, 0)
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
             nx = kb + RS - 1
@@ -378,7 +306,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
                         pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B)
-            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1), XS, sw)
+            xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
             v = (xw[0], xw[1], xw[2], xw[3], xw[4], xw[5], xw[6], xw[7], xw[8], xw[9], xw[10], xw[11], xw[12],
@@ -397,50 +325,46 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, True, L2B, XS, sw)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), True, L2B, XS, sw)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, True, L2B)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), True, L2B)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B, XS, sw)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B, XS, sw)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), True, L2B, XS, sw)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B, XS, sw)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B, XS, sw)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, L2B=L2B, XS=XS, sw=sw),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, L2B=L2B),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, L2B: tl.constexpr = 0,
-            XS: tl.constexpr = 0, sw=0):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, L2B: tl.constexpr = 0):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
     scale words as loaded, for _kblock_mma to decode; L2B: the weights' and scales'
-    prefetch-size hint; XS: x from shared memory, as _xwords)."""
-    if XS:
-        x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15 = _xs_words(xq + kb * 256, sw)
-    else:
-        xk = xq + kb * 64
-        x0, x1, x2, x3 = _words(xk)
-        x4, x5, x6, x7 = _words(xk + 4)
-        x8, x9, x10, x11 = _words(xk + 8)
-        x12, x13, x14, x15 = _words(xk + 12)
+    prefetch-size hint)."""
+    xk = xq + kb * 64
+    x0, x1, x2, x3 = _words(xk)
+    x4, x5, x6, x7 = _words(xk + 4)
+    x8, x9, x10, x11 = _words(xk + 8)
+    x12, x13, x14, x15 = _words(xk + 12)
     a00, a01, a02, a03 = _words(pa0 + kb * 16, L2B)
     b00, b01, b02, b03 = _words(pb0 + kb * 16, L2B)
     a10, a11, a12, a13 = _words(pa1 + kb * 16, L2B)
