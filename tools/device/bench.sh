@@ -5,9 +5,11 @@
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
-#   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate: every K2 GPU test and the step file beside
-#                                        # the warm step, then the default against BLOCK... (its neighbours),
-#                                        # traced (~9 min)
+#   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
+#                                        # beside the warm step, then the default against BLOCK... (its
+#                                        # neighbours), traced (~8 min)
+#   bash tools/device/bench.sh gate-rest # its second call: K2's rest group beside the step file, then the
+#                                        # MXFP4 step table (~8 min)
 #   bash tools/device/bench.sh ab BLOCK...    # a K2 option's A/B: every K2 GPU test (the options test holds its
 #                                        # bitwise row) beside the warm step, then the default against BLOCK...,
 #                                        # traced (~9 min)
@@ -75,17 +77,14 @@ case "${1:-}" in
     ( t forward-mxfp4 300 tests/forward/test_forward_gpu.py -k "real-mxfp4" ) > "$OUT/forward-mxfp4.out" 2>&1
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/forward-mxfp4.out" ;;
-  gate-rest)  # what a gate's 470 s cut (twenty-eighth session, call 2): the tensor-map microbenchmark alone first,
-              # then K2's rest group's tail and the step file's real cases side by side, then the MXFP4 step table
-    ( timeout 120 python3 tools/device/fp4_tma_microbench.py 2>&1 | grep -E "^MB|Error" ) | tee "$OUT/mb-tma.log"
-    ( OMP_NUM_THREADS=2 t k2-rest-tail 260 tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-        tests/launch/test_triton_smem.py -k "gpu and (fault_injection or route_row or expert_table or carveout)" ) \
-      > "$OUT/k2-rest-tail.out" 2>&1 &
-    ( OMP_NUM_THREADS=2 t forward-real 260 tests/forward/test_forward_gpu.py -k "real or drafts" ) \
-      > "$OUT/forward-real.out" 2>&1 &
+  gate-rest)  # a new K2 default's gate, second call: K2's rest group beside the step file (but the K split's
+              # seeds), then the MXFP4 step table on the idle GPU (~8 min)
+    k2_rest 330 > "$OUT/k2-rest.out" 2>&1 &
+    ( OMP_NUM_THREADS=2 t forward-gpu 330 tests/forward/test_forward_gpu.py -k "not k_split" ) \
+      > "$OUT/forward-gpu.out" 2>&1 &
     wait
     ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
-    cat "$OUT/k2-rest-tail.out" "$OUT/forward-real.out" ;;
+    cat "$OUT/k2-rest.out" "$OUT/forward-gpu.out" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
@@ -96,15 +95,13 @@ case "${1:-}" in
              # ~2 s a timed block)
     k2_sweep k2-defaults-mxfp4 300 mxfp4 1,2,4,8 "" XPDD=1 SDU=0 SDU=1 KUD=3 SEAM_SPLIT=0 KSX=2 \
       KSX=-1 DENSE_GEMV=0 BN=64,BK=128 ;;
-  gate)  # a new K2 default's gate (what fr2, fr3, xet2 and lsq2 ran): the step file and every K2 GPU group on
-         # this tree beside the warm step, then the default against the blocks given (its neighbours), traced
+  gate)  # a new K2 default's gate, first call: K2's small and real groups beside the warm step, then the default
+         # against the blocks given (its neighbours), traced. The rest group and the step file are `gate-rest`, a
+         # second call: beside these two they no longer fit 470 s (twenty-eighth session, call 2)
     shift
-    ( t forward-gpu 470 tests/forward/test_forward_gpu.py -k "not k_split" ) > "$OUT/forward-gpu.out" 2>&1 &
-    p0=$!
-    k2_gpu_tests 470 &
-    p1=$!
-    K2_WAIT="$p0 $p1" K2_EXTRA=--trace k2_sweep k2-gate 80 mxfp4 1,2,4,8 "" "$@"
-    cat "$OUT/forward-gpu.out" "$OUT/k2-one-gpu.out" ;;
+    k2_small_real 470 > "$OUT/k2-small-real.out" 2>&1 &
+    K2_WAIT="$!" K2_EXTRA=--trace k2_sweep k2-gate 80 mxfp4 1,2,4,8 "" "$@"
+    cat "$OUT/k2-small-real.out" ;;
   ab)  # a K2 option's A/B (what l2b, xet, fr and lsq ran): every K2 GPU group beside the warm step (the options
        # test holds the option's bitwise row), then the default against the blocks given, traced
     shift
@@ -164,5 +161,6 @@ case "${1:-}" in
           | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|ERROR|Error" )
     done | tee "$OUT/ncu-mem.log" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2; exit 2 ;;
+  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|gate-rest|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2
+     exit 2 ;;
 esac
