@@ -18,7 +18,7 @@
 #                                        # K1 timed here against the tree in DIR (~8 min)
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
 #   bash tools/device/bench.sh ncu-mem   # L1 / L2 hit rates and DRAM bytes of K2's MXFP4 launch and expert
-#                                        # phases under Nsight Compute (~4 min; never run yet)
+#                                        # phases under Nsight Compute (~9 min; never run yet)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
 # A mode that one session's A/B needed once (sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
 # stages, odd-rows, ...)
@@ -151,14 +151,16 @@ case "${1:-}" in
   ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
              # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
              # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
-             # (their builds hold less shared memory, so their L1 is not the persistent launch's), at 8
-             # rows with the default (no ring) and with experts_down's ring (XRSD 2), and at 1 row (~4 min)
-    for spec in "8:" "8:XRSD=2" "1:"; do
+             # (their builds hold less shared memory, so their L1 is not the persistent launch's), at 1 and 8
+             # rows with the default (no ring) and with experts_up's ring (XRS 3: the twenty-eighth session's
+             # question, why the ring that takes the microbenchmark 1.8x faster takes K2 none) (~9 min)
+    for spec in "1:" "1:XRS=3" "8:" "8:XRS=3"; do
       echo "== NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:}"
-      ( NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:} timeout 150 ncu --clock-control none -k regex:k2_kernel \
+      ( NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:} timeout 130 ncu --clock-control none -k regex:k2_kernel \
           --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
+          --section WarpStateStats \
           python3 tools/device/ncu_k2_experts.py k2 2>&1 \
-          | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|ERROR|Error" )
+          | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|Stall|Warp Cycles|ERROR|Error" )
     done | tee "$OUT/ncu-mem.log" ;;
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
   *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|gate-rest|ab|owed|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2
