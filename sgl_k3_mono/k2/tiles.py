@@ -64,11 +64,10 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     where Triton would ask for the largest shared part. With mma the tensor-core dense
     phases step BK 256 at every row count (default_tiles says what was measured). BKN:
     latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (0: latent_up's tile sets
-    both; 64 / 128 with mma): o_proj's own register tile and K step (at 1 row
-    latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps each, each restarting the
-    load pipeline; a 64-row tile is one a program, one K loop; from 2 rows, measured 1.2-2.6
-    / 2.1-4.7 us faster at 2 / 8 rows three times and tied at 4, twenty-seventh session). STAGES: the dense K loops'
-    cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B /
+    both; 64 / 128 with mma, default_tiles says what was measured): o_proj's own register
+    tile and K step (at 1 row latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps
+    each, each restarting the load pipeline; a 64-row tile is one a program, one K loop).
+    STAGES: the dense K loops' cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B /
     XL2BD (0 none; 128 or 256): experts_up's / experts_down's mma_fp4 weight and scale
     loads (or ring copies) carry that prefetch-size hint, so a load that misses L2 brings
     the aligned segment around it in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
@@ -209,7 +208,12 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     the SM), and at 1 row o_proj in one 64-row tile a program stepping 128 of K (BNO /
     BKO) with them: 98.3 us against 106.4 in the gate's call (o_proj 7.7 against 11.8 us
     in the launch; BNO 64 with STAGES 3 101.9-103.3, STAGES 4 alone 107.1; BKO 64 or 256,
-    BNO 32 or 128 no faster; from 2 rows BNO 32 loses 2-3 us)."""
+    BNO 32 or 128 no faster; from 2 rows BNO 32 loses 2-3 us).
+
+    Twenty-eighth session (the gate's call, traced): o_proj's tile from 2 rows too (BNO 64,
+    BKO 128 at every row count): 100.5 / 112.2 / 139.9 / 191.7 us at 1 / 2 / 4 / 8 rows
+    against 104.8 / 114.2 / 142.3 / 194.5 with latent_up's tile (BNO 0); at 4 rows the same
+    bits (the options test)."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:

@@ -227,8 +227,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     order as the 64-row ones: bitwise on the H200, twenty-third session) change no
     arithmetic, so their output is bitwise the plain one's;
     the K split sums two fp32 halves, o_proj in latent_up's tile (BNO 0, where the default
-    has its own tile and K step) sums its products in other chunks, and the split seam sums its slices' partials, so
-    theirs may differ by bf16 roundings, within a few steps of each row's scale (the
+    has its own tile and K step) sums its products in other chunks, and the split seam sums
+    its slices' partials, so theirs may differ by bf16 roundings, within a few steps of each row's scale (the
     forward broke its KL bound once with the K split: docs/evidence/k2-sm90.md). "" is
     the default launch (XPD 1 in experts_up, the split seam, XET 2, XL2B / XL2BD 256, KUD 3
     at these 4 rows, FR). The plain launch routes in a phase of its own (FR 0)."""

@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds, store_rows  # noqa: E402
+from gemv_microbench import _measure, copy_gbs, fp4_case, fp4_ds, store_rows, wanted  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
 from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles  # noqa: E402
@@ -205,14 +205,13 @@ def main():
                 meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=ku, ST=st, NT=32 * nw, PW=pw)
                 name = f"mma nw={nw} KU={ku} ST={st} PW={pw}"
                 go(name, fp4_mma, num_warps=nw, **meta)
-                if os.environ.get("MB_COLD") == "1" and \
-                        any(part in f"fp4 {name}" for part in os.environ.get("MB_ONLY", "").split("|")):
+                if os.environ.get("MB_COLD") == "1" and wanted(f"fp4 {name}"):
                     cold(name, nw, meta)
         for nw, rs, pw in RING_TILES:
             if pw or N % (32 * nw) == 0:
                 meta = dict(x_ptr=x, w_ptr=w, s_ptr=s, n_e=n_e, R=R, N=N, K=K, KU=1, ST=1, NT=32 * nw, PW=pw, RS=rs)
                 name = f"ring nw={nw} RS={rs} PW={pw}"
-                if not any(part in f"fp4 {name}" for part in os.environ.get("MB_ONLY", "").split("|")):
+                if not wanted(f"fp4 {name}"):
                     continue
                 try:
                     ck = fp4_mma.warmup(grid=(nsm,), out_ptr=out, num_warps=nw, ring_off=0, **meta)

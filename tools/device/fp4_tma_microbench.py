@@ -257,8 +257,9 @@ def main():
                 err = ((out - ref).abs().max() / ref.abs().max()).item()
                 us = graph_time_us(f_one, iters=20, reps=5)
                 cold = graph_time_us(f_cold, iters=5, reps=5) / copies
-                print(f"MB {name} R={R} E={n_e} us={us:7.1f} cold_us={cold:7.1f} frac={nbytes / us / 1e3 / (bw / 2):.2f} "
-                      f"cold_frac={nbytes / cold / 1e3 / (bw / 2):.2f} relerr={err:.1e}", flush=True)
+                frac = lambda t: nbytes / t / 1e3 / (bw / 2)  # noqa: E731
+                print(f"MB {name} R={R} E={n_e} us={us:7.1f} cold_us={cold:7.1f} frac={frac(us):.2f} "
+                      f"cold_frac={frac(cold):.2f} relerr={err:.1e}", flush=True)
             except Exception as ex:  # noqa: BLE001 (printed; the sweep goes on)
                 print(f"MB {name} R={R} FAILED {type(ex).__name__}: {str(ex)[:400]}", flush=True)
 

@@ -233,12 +233,17 @@ def bf16_split(x_ptr, w_ptr, out_ptr, R: tl.constexpr, N: tl.constexpr, K: tl.co
         tl.store(out_ptr + rr * N + t * BN + tl.arange(0, BN)[None, :], y)
 
 
+def wanted(label: str) -> bool:
+    """MB_ONLY's filter: the label holds one of its |-separated substrings (unset: all)."""
+    return any(part in label for part in os.environ.get("MB_ONLY", "").split("|"))
+
+
 def _measure(label: str, fn, out, got, ref, nbytes: int, nsm: int, bw: float, **meta) -> None:
     """Poison `out`, run `fn` once on the persistent grid, check `got()` against `ref`, then
     time graph replays and print one `MB` line (a compile or launch failure is printed)."""
     from sgl_k3_mono.timing import graph_time_us
 
-    if not any(part in label for part in os.environ.get("MB_ONLY", "").split("|")):
+    if not wanted(label):
         return
     try:
         out.fill_(float("nan"))
