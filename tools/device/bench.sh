@@ -16,11 +16,11 @@
 #   AB_OLD=DIR bash tools/device/bench.sh ab-tree  # every K1 GPU test and K2's small and real groups, then K2 and
 #                                        # K1 timed here against the tree in DIR (~8 min)
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
-#   bash tools/device/bench.sh ncu-mem   # L1 / L2 hit rates and DRAM bytes of K2's MXFP4 launch and expert
-#                                        # phases under Nsight Compute (~9 min; never run yet)
+#   bash tools/device/bench.sh ncu-src [ROWS:BLOCK...]  # the persistent launch under Nsight Compute, SASS line
+#                                        # by line (issue, memory, stalls; ~1 min a spec; one .tgz back)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
 # A mode that one session's A/B needed once (sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
-# stages, odd-rows, owed (gate-rest covers it), ...)
+# stages, odd-rows, owed (gate-rest covers it), ncu-mem (ncu-src profiles the persistent launch), ...)
 # lives in the git history at the commit docs/evidence names for its call; gate and ab are their common form.
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
 # warm step had compiled it: SGLang's import moved Triton's cache. env.sh now pins it.)
@@ -141,21 +141,35 @@ case "${1:-}" in
       ( timeout 90 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases --prefetch $pf 2>&1 \
           | tail -9 ) | tee -a "$OUT/k1-prefetch.log"
     done ;;
-  ncu-mem)  # where experts_up's register loop gets its bytes (the sixteenth session's L1 lead, never read):
-             # Nsight Compute's L1 / L2 hit rates, DRAM throughput and shared-memory configuration of K2's
-             # MXFP4 launches, the persistent launch and then its phases 4 and 5 as launches of their own
-             # (their builds hold less shared memory, so their L1 is not the persistent launch's), at 1 and 8
-             # rows with the default (no ring) and with experts_up's ring (XRS 3: the twenty-eighth session's
-             # question, why the ring that takes the microbenchmark 1.8x faster takes K2 none) (~9 min)
-    for spec in "1:" "1:XRS=3" "8:" "8:XRS=3"; do
-      echo "== NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:}"
-      ( NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:} timeout 130 ncu --clock-control none -k regex:k2_kernel \
-          --launch-count 3 --section SpeedOfLight --section MemoryWorkloadAnalysis --section LaunchStats \
-          --section WarpStateStats \
-          python3 tools/device/ncu_k2_experts.py k2 2>&1 \
-          | grep -E "k2_kernel|Duration|Hit Rate|DRAM Throughput|Memory Throughput|Mem Busy|Shared Memory Configuration|Registers Per|Stall|Warp Cycles|ERROR|Error" )
-    done | tee "$OUT/ncu-mem.log" ;;
+  ncu-src)  # what the persistent launch's warps do, SASS line by line (twenty-ninth session): Nsight Compute on
+             # K2's MXFP4 launch (a TP-8 rank) alone, not its phases as launches of their own, for each
+             # ROWS:BLOCK given (default "1:" "8:"): issue, memory, and warp-state samples a line; the
+             # source page (CSV) and the details page gzipped, the stalls summed by ncu_sass_stalls.py,
+             # all in $OUT/ncu-src.tgz (ncu_sass_loops.py splits a source page by loop). The specs
+             # compile first, in parallel (~1 min a spec after that)
+    shift
+    specs=("$@"); [ ${#specs[@]} -eq 0 ] && specs=("1:" "8:")
+    cmds=()
+    for spec in "${specs[@]}"; do
+      cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows ${spec%%:*} --formats mxfp4 --block '${spec#*:}' --warm-only")
+    done
+    warm "$OUT/ncu-src-warm.log" "${cmds[@]}"
+    i=0
+    for spec in "${specs[@]}"; do
+      i=$((i + 1)); rep="$OUT/ncu-src-$i"
+      echo "== $i: NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:}"
+      NCU_M=${spec%%:*} NCU_BLOCK=${spec#*:} timeout 200 ncu --clock-control none -k regex:k2_kernel \
+        --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
+        --section SchedulerStats --section WarpStateStats --section SourceCounters --section MemoryWorkloadAnalysis \
+        --section LaunchStats -o "$rep" python3 tools/device/ncu_k2_experts.py k2 > "$rep.run.log" 2>&1
+      tail -3 "$rep.run.log"
+      ncu --import "$rep.ncu-rep" --page details --csv 2>/dev/null | gzip > "$rep-details.csv.gz"
+      ncu --import "$rep.ncu-rep" --page source --print-source sass --csv 2>/dev/null > "$rep-sass.csv"
+      python3 tools/device/ncu_sass_stalls.py "$rep-sass.csv" 30
+      gzip "$rep-sass.csv"; rm -f "$rep.ncu-rep"
+    done 2>&1 | tee "$OUT/ncu-src.log"
+    ( cd "$OUT" && tar czf ncu-src.tgz ncu-src[-.]* --remove-files ) ;;  # one file back (a call returns few)
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-mem|k2 ..." >&2
+  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
      exit 2 ;;
 esac
