@@ -341,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, KR: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -361,13 +361,6 @@ def k2_kernel(
     NHO: tl.constexpr = (H + OBNH - 1) // OBNH
     # MXFP4 experts on the tensor cores go through tl.dot_scaled; the FMA paths decode by hand
     SCALED: tl.constexpr = MXFP4 and not EXPERT_GEMV
-    # KR: latent_up's K loop gets a trip count the compiler cannot see (rank >= 0, so kz is
-    # 0), which keeps it rolled: with L constant LLVM unrolls its 7 steps at 1 row into one
-    # straight run of ~1070 SASS instructions a tile, where Nsight Compute sees a third of
-    # the phase's warp samples wait for instructions (twenty-ninth session)
-    kz = 0
-    if KR:
-        kz = tl.minimum(rank, 0)
     t0 = 0
     if PERSISTENT:
         t0 = now_ns(HIP)
@@ -813,7 +806,7 @@ def k2_kernel(
         for tile in range(pid, NHT, nprog):
             n0, nend = _h_tile(tile, H, BN, BNH)
             rn = n0 + tl.arange(0, BN)
-            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L + kz, tl.zeros((BM, BN), tl.float32),
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
                            BM, BN, BK, STAGES, DENSE_GEMV)
             msk = _h_mask(rm, M, rn, nend, BN, BNH)
             out = acc.to(tl.bfloat16).to(tl.float32)
