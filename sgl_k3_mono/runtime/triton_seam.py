@@ -126,19 +126,11 @@ def split_seam_persistent(pid, M, nvb, eps,
                           H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
-                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0, KEEP: tl.constexpr = 0):
+                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0):
     """Steps A, C, D with a bounded row-local wait after A and after C (on expiry the
     failure names launch LAUNCH, phase PHASE: runtime.failure's numbering). The caller
-    puts the row counters back to 0 after its next grid barrier. KEEP: the slice's p, mixed
-    rows and mix stay in registers from step to step (_split_seam_kept) instead of being
-    stored and loaded again as the phased steps must."""
-    if KEEP:
-        if pid < M * SP:
-            _split_seam_kept(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr,
-                             s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr,
-                             rank, layer, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP,
-                             LAUNCH, PHASE)
-    elif pid < M * SP:
+    puts the row counters back to 0 after its next grid barrier."""
+    if pid < M * SP:
         cnt = scnt_ptr + pid // SP
         for step in tl.static_range(_STEPS):
             split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
@@ -149,70 +141,3 @@ def split_seam_persistent(pid, M, nvb, eps,
                 tl.atomic_add(cnt, 1, sem="release", scope="gpu")
                 wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
                 tl.debug_barrier()
-
-
-@triton.jit
-def _split_seam_kept(pid, M, nvb, eps,
-                     prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
-                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, spart_ptr, scnt_ptr,
-                     t0, deadline_ns, err_addr, rank, layer,
-                     H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
-                     SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
-                     WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
-                     LAUNCH: tl.constexpr, PHASE: tl.constexpr):
-    """split_seam_step's three steps in one program with the slice's values kept: p is
-    stored where it lives and used as computed (its bf16 value, as a reload would give),
-    the mixed rows are loaded once, and the mix never leaves the registers. Each step's
-    arithmetic is split_seam_step's, on the same values, so h is the same bits."""
-    row = pid // SP
-    sl = pid % SP
-    cols = sl * BS + tl.arange(0, BS)
-    cm = cols < H
-    rj = tl.arange(0, NBP)
-    PW: tl.constexpr = 2 * NBP + 1  # seam_part_width(NBP)
-    mine = spart_ptr + (row * SP + sl) * PW
-    cnt = scnt_ptr + row
-    p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
-    # A: p, the mixed rows, each row's score dot and sum of squares over the slice
-    if WRITE_BANK or WRITE_RESID:
-        p = tl.load(prefix_ptr + row * s_pm + cols, mask=cm, other=0.0).to(tl.float32)
-        if HAS_CONTRIB:
-            p += tl.load(contrib_ptr + row * s_cm + cols, mask=cm, other=0.0).to(tl.float32)
-        pb = p.to(tl.bfloat16)
-        tl.store(p_row + cols, pb, mask=cm)
-        vb = tl.load(bank_ptr + row * s_bm + rj[:, None] * s_bj + cols[None, :],
-                     mask=(rj[:, None] < nvb) & cm[None, :], other=0.0).to(tl.float32)
-        v = tl.where(rj[:, None] == nvb, pb.to(tl.float32)[None, :], vb)
-    else:
-        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
-    cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
-        tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-    tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
-    tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
-    tl.debug_barrier()
-    tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-    wait_geq(cnt, SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
-    tl.debug_barrier()
-    # C: the scores from every slice's partials, the softmax and the slice's mix
-    qq = tl.arange(0, SPP)[:, None]
-    parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
-    dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-    sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-    scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
-    e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
-    alpha = e / tl.sum(e, axis=0)
-    mix = tl.sum(alpha[:, None] * v, axis=0)
-    if ROUND_MIX:
-        mix = mix.to(tl.bfloat16).to(tl.float32)
-    tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
-    tl.debug_barrier()
-    tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-    wait_geq(cnt, 2 * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
-    tl.debug_barrier()
-    # D: the mix's sum of squares from every slice, and h
-    q = tl.arange(0, SPP)
-    ss = tl.sum(tl.load(spart_ptr + (row * SP + q) * PW + 2 * NBP, mask=q < SP, other=0.0, cache_modifier=".cg"),
-                axis=0)
-    rstd = 1.0 / tl.sqrt(ss / H + eps)
-    w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-    tl.store(h_ptr + row * H + cols, (mix * rstd * w).to(tl.bfloat16), mask=cm)

@@ -3,9 +3,8 @@ reference aggregate and prints one JSON line per case. Started by test_split_sea
 fresh process with TRITON_INTERPRET=1.
 
 A case is JSON: rows, hidden, nvb, slice (BS), isa, where p goes ("resid": K2 and K1's
-plain layers, "bank": K1's block-write layers), seed, "persistent": the persistent
-device function on one program a row, and "keep": that function with the slice kept in
-registers (KEEP), also checked bitwise against the stored-and-reloaded steps (only one slice a row can run there: the
+plain layers, "bank": K1's block-write layers), seed, and "persistent": the persistent
+device function on one program a row (only one slice a row can run there: the
 interpreter runs programs one after another, so a row wait over several would expire)."""
 
 import json
@@ -45,12 +44,12 @@ def _one_step(prefix_ptr, contrib_ptr, bank_ptr, resid_ptr, wproj_ptr, wsn_ptr, 
 @triton.jit
 def _persistent(prefix_ptr, contrib_ptr, bank_ptr, resid_ptr, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                 scnt_ptr, err_addr, M, nvb, eps, H: tl.constexpr, NB: tl.constexpr, NBP: tl.constexpr,
-                BS: tl.constexpr, WRITE_BANK: tl.constexpr, ROUND_MIX: tl.constexpr, KEEP: tl.constexpr):
+                BS: tl.constexpr, WRITE_BANK: tl.constexpr, ROUND_MIX: tl.constexpr):
     pid = tl.program_id(0)
     split_seam_persistent(pid, M, nvb, eps, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, resid_ptr, H,
                           wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
                           sync.now_ns(), 10**12, err_addr, 0, 0, H, NBP, BS, 1, 1, True, WRITE_BANK,
-                          not WRITE_BANK, ROUND_MIX, False, 0, 0, KEEP)
+                          not WRITE_BANK, ROUND_MIX, False)
 
 
 def run(case: dict) -> dict:
@@ -67,21 +66,12 @@ def run(case: dict) -> dict:
     sp = -(-h // bs)
     spart = torch.full((m, sp, seam_part_width(NBP)), float("nan"))  # poisoned: an unwritten read shows in h
     round_mix = case["isa"] == "sm_90"
-    kept_bitwise = None
     if case["persistent"]:
         assert sp == 1, "the interpreter runs one slice a row only"
-        keeps = (1, 0) if case.get("keep") else (0,)
-        outs = []
-        for keep in keeps:  # (the kept run first: the other then starts from its p and bank)
-            err = torch.zeros(8, dtype=torch.int32)
-            out.fill_(float("nan"))
-            _persistent[(m,)](prefix, contrib, bank, resid, wproj, wsn, won, out, mix, spart,
-                              torch.zeros(m, dtype=torch.int32), err.data_ptr(), m, nvb, EPS, H=h, NB=NB, NBP=NBP,
-                              BS=bs, WRITE_BANK=write_bank, ROUND_MIX=round_mix, KEEP=keep)
-            outs.append(out.clone())
-        out = outs[0]
-        if len(outs) == 2:
-            kept_bitwise = bool(torch.equal(outs[0], outs[1]))
+        err = torch.zeros(8, dtype=torch.int32)
+        _persistent[(m,)](prefix, contrib, bank, resid, wproj, wsn, won, out, mix, spart,
+                          torch.zeros(m, dtype=torch.int32), err.data_ptr(), m, nvb, EPS, H=h, NB=NB, NBP=NBP, BS=bs,
+                          WRITE_BANK=write_bank, ROUND_MIX=round_mix)
     else:
         for step in range(SEAM_STEPS):
             _one_step[(m * sp,)](prefix, contrib, bank, resid, wproj, wsn, won, out, mix, spart, m, nvb, EPS, H=h, NB=NB,
@@ -94,7 +84,7 @@ def run(case: dict) -> dict:
     ulp = torch.where(ref == 0, torch.full_like(ref, 2.0**-133), ref.abs() * 2.0**-7)  # >= one bf16 ulp of ref
     return {"slices": sp, "finite": bool(torch.isfinite(out.float()).all()), "p_equal": bool(torch.equal(p_out, p)),
             "max_ulps": float((d / ulp).max()), "differing": float((d > 0).float().mean()),
-            "max_abs": float(d.max()), "kept_bitwise": kept_bitwise}
+            "max_abs": float(d.max())}
 
 
 for spec in sys.argv[1:]:
