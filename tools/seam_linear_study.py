@@ -3,7 +3,8 @@ combination of the FFN seam's rows, sum_j a_j W (ow * v_j) / rms in fp32 (no bf1
 the mix or of h2; rms from the rows' Gram matrix), against SGLang's sm_90 order
 (h2 = bf16(rmsnorm(bf16(mix), ow)), front = h2 @ W^T), both against the fp64 truth, at real
 Kimi-K3 widths (H 7168, E 896, L 3584, shared gate/up 12288), 8 rows, 4 bank rows and the
-prefix, three draws. The design lead it weighs: docs/evidence/k2-sm90.md, twenty-ninth
+prefix, three draws; then K2's output (a TP-8 rank's widths, MXFP4 experts) from each front,
+judged by the spec's K2 bounds. The design lead it weighs: docs/evidence/k2-sm90.md, twenty-ninth
 session, "Next on a GPU".
 
     python3 tools/seam_linear_study.py
@@ -77,3 +78,59 @@ for key in res:
         o[0], o[1] = max(o[0], mx), max(o[1], rel)
     print(f"SEAMLIN {key:8s}: " + "; ".join(f"{n} max_abs {v[0]:.3g} rel {v[1]:.3g}" for n, v in agg.items())
           + f"; rows whose top-16 set differs from fp64's: {flips[key]} of {3 * M}", flush=True)
+
+
+def moe_through(front, w, prefix, isa="sm_90"):
+    """moe_reference's steps after its front (one rank), from given front outputs
+    (gate_up, logits, routed_in): what K2 returns, and the routing."""
+    from sgl_k3_mono.reference.moe import all_reduce, route, routed_partials, shared_partial
+
+    rw, p = w.shard(0, 1), w.params
+    gate_up, logits, routed_in = front
+    wts, ids = route(logits, w.router_bias, p.top_k, renormalize=p.renormalize)
+    shared = all_reduce(torch.stack([shared_partial(gate_up, rw.shared_down, p)]))
+    latent = all_reduce(routed_partials(bf16(routed_in), ids, wts, [rw.experts], p, isa=isa))
+    normed = bf16(rmsnorm(latent, w.latent_norm, p.eps))
+    out = bf16(normed @ w.latent_up.float().T)
+    return bf16(bf16(out + shared) + prefix.float()), torch.sigmoid(logits.float()), ids
+
+
+def moe_study(m: int = 8, nvb: int = 4, seed: int = 3) -> None:
+    """The K2 output (a TP-8 rank's widths, MXFP4 experts) with the linear front against the
+    one from SGLang's order, judged by the spec's K2 bounds."""
+    from sgl_k3_mono.k2.synthetic import tp8_rank_dims
+    from sgl_k3_mono.numerics import BOUNDS, measure
+    from sgl_k3_mono.reference.experts import SeededExperts
+    from sgl_k3_mono.reference.moe import MoeWeights
+
+    dd = tp8_rank_dims()
+    w = MoeWeights.random(dd, seed=seed, expert_format="mxfp4",
+                          experts=SeededExperts(dd.experts, dd.expert_inter, dd.latent, seed + 1, "mxfp4"))
+    gg = torch.Generator().manual_seed(seed + 5)
+    hh = dd.hidden
+    bank = torch.randn(m, nvb, hh, generator=gg).bfloat16()
+    pre = (2 * torch.randn(m, hh, generator=gg)).bfloat16()
+    prj = (torch.randn(1, hh, generator=gg) / hh ** 0.5).bfloat16()
+    sn = (1 + 0.1 * torch.randn(hh, generator=gg)).bfloat16()
+    on = (1 + 0.1 * torch.randn(hh, generator=gg)).bfloat16()
+    rows_ = torch.cat([bank.float(), pre.float().unsqueeze(1)], 1)
+    cw_ = score_weight(prj, sn)
+    a_ = torch.softmax((rows_ * cw_).sum(-1) / torch.sqrt(rows_.pow(2).mean(-1) + eps), -1)
+    h2 = bf16(rmsnorm(bf16((a_.unsqueeze(-1) * rows_).sum(1)), on, eps))            # SGLang's sm_90 order
+    fronts = {"rounded": [h2 @ t.float().T for t in (w.shared_gate_up, w.router, w.latent_down)]}
+    gram = torch.einsum("mih,mjh->mij", rows_, rows_)
+    rms_ = torch.sqrt(torch.einsum("mi,mij,mj->m", a_, gram, a_) / hh + eps)
+    fronts["linear"] = [(a_.unsqueeze(-1) * ((rows_ * on.float()) @ t.float().T)).sum(1) / rms_.unsqueeze(-1)
+                        for t in (w.shared_gate_up, w.router, w.latent_down)]
+    ref, s_ref, ids_ref = moe_through(fronts["rounded"], w, pre)
+    got, s_got, ids_got = moe_through(fronts["linear"], w, pre)
+    hid = measure(got, ref)
+    sets = int((ids_got.sort(-1).values != ids_ref.sort(-1).values).any(-1).sum())
+    print(f"SEAMLIN K2 output (TP-8 rank widths, MXFP4, {m} rows, {nvb} bank rows), linear front against "
+          f"SGLang's order: max_abs {hid['max_abs']:.4g} rel {hid['rel']:.3g} cosine {hid['cosine']:.7f} "
+          f"(bounds {BOUNDS['k2.hidden.max_abs']} / {BOUNDS['k2.hidden.rel']} / {BOUNDS['k2.hidden.cosine']}); "
+          f"router scores max_abs {(s_got - s_ref).abs().max().item():.3g} (bound "
+          f"{BOUNDS['k2.router_scores.max_abs']}); rows whose top-k set differs {sets} of {m}", flush=True)
+
+
+moe_study()
