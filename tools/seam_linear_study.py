@@ -18,7 +18,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from sgl_k3_mono.dims import K3Dims  # noqa: E402
-from sgl_k3_mono.reference.attn_res import score_weight  # noqa: E402
+from sgl_k3_mono.reference.attn_res import aggregate, score_weight  # noqa: E402
 from sgl_k3_mono.reference.ops import bf16, rmsnorm  # noqa: E402
 
 torch.set_num_threads(1)
@@ -49,9 +49,8 @@ for trial in range(3):
     a = torch.softmax(scores, -1)                                                  # [M, R]
     mix64 = (a.unsqueeze(-1) * rows).sum(1)
     h2_64 = mix64 / torch.sqrt(mix64.pow(2).mean(-1, keepdim=True) + eps) * ow.double()
-    # SGLang sm_90: fp32 mix -> bf16, then RMSNorm (fp32 math) -> bf16
-    mix32 = (a.float().unsqueeze(-1) * rows.float()).sum(1)
-    h2_r = bf16(rmsnorm(bf16(mix32), ow, eps)).float()
+    # SGLang's sm_90 order, as the reference computes it (the mix rounded to bf16, then the norm)
+    h2_r = aggregate(bank, NVB, prefix, proj, snorm, ow, eps, isa="sm_90")
     # linear: fp32 front on each row (ow * v_j), combined with a_j and 1 / rms (rms from the Gram matrix)
     G = torch.einsum("mih,mjh->mij", rows.float(), rows.float())
     rms = torch.sqrt(torch.einsum("mi,mij,mj->m", a.float(), G, a.float()) / H + eps)
@@ -116,7 +115,7 @@ def moe_study(m: int = 8, nvb: int = 4, seed: int = 3) -> None:
     rows_ = torch.cat([bank.float(), pre.float().unsqueeze(1)], 1)
     cw_ = score_weight(prj, sn)
     a_ = torch.softmax((rows_ * cw_).sum(-1) / torch.sqrt(rows_.pow(2).mean(-1) + eps), -1)
-    h2 = bf16(rmsnorm(bf16((a_.unsqueeze(-1) * rows_).sum(1)), on, eps))            # SGLang's sm_90 order
+    h2 = aggregate(bank, nvb, pre, prj, sn, on, eps, isa="sm_90")                  # SGLang's sm_90 order
     fronts = {"rounded": [h2 @ t.float().T for t in (w.shared_gate_up, w.router, w.latent_down)]}
     gram = torch.einsum("mih,mjh->mij", rows_, rows_)
     rms_ = torch.sqrt(torch.einsum("mi,mij,mj->m", a_, gram, a_) / hh + eps)

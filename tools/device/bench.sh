@@ -151,7 +151,8 @@ case "${1:-}" in
     specs=("$@"); [ ${#specs[@]} -eq 0 ] && specs=("1:" "8:")
     cmds=()
     for spec in "${specs[@]}"; do
-      cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows ${spec%%:*} --formats mxfp4 --block '${spec#*:}' --warm-only")
+      w="timeout 300 python3 -m sgl_k3_mono.k2.bench --rows ${spec%%:*} --formats mxfp4"
+      cmds+=("$w --block '${spec#*:}' --warm-only")
     done
     warm "$OUT/ncu-src-warm.log" "${cmds[@]}"
     i=0

@@ -18,8 +18,10 @@ import collections
 import csv
 import gzip
 import sys
+from pathlib import Path
 
-SAMPLES = "Warp Stall Sampling (All Samples)"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ncu_sass_stalls import SAMPLES, opcode  # noqa: E402  (one reading of a SASS line's opcode)
 
 
 def load(path: str):
@@ -39,11 +41,6 @@ def load(path: str):
 
 def num(v: str) -> float:
     return float(v.replace(",", "")) if v not in ("", "-") else 0.0
-
-
-def opcode(source: str) -> str:
-    words = [w for w in source.split() if not w.startswith("@")]  # past a predicate
-    return words[0].split(".")[0] if words else "?"
 
 
 def loops(head, body):
