@@ -25,8 +25,6 @@ from sgl_k3_mono.runtime.triton_seam import SEAM_STEPS, SLICES, seam_part_width,
 MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
-I8_SCALE_MIN = 62  # mma_i8's accumulator factor 2^(S - 128 - ex) is a normal fp32 from here (|ex| <= 60)
-I8_MAX_ROWS = 2  # mma_i8 takes x rows 0 and 1 in their own mmas (K2Plan.i8_experts)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
 K2_SYNC_WORDS = 8  # runtime/triton_sync's words, then K2's own (triton/kernel.FRONT_ROUTER / FRONT_SHARED)
 
@@ -70,9 +68,6 @@ class K2Plan:
     scale_max: int = 0
     """Largest ue8m0 scale code in the MXFP4 experts (0 with bf16 experts). The mma.sync
     experts (mma_fp4) scale by 2^(S-1) in bf16, finite while S <= MMA_SCALE_MAX."""
-    scale_min: int = 0
-    """Smallest ue8m0 scale code in the MXFP4 experts' gate/up weights (0 with bf16
-    experts, or not known). The int8 experts_up (mma_i8, XI8) needs S >= I8_SCALE_MIN."""
     experts_aligned: bool = True
     """Every layer's MXFP4 expert tensors sit where mma_fp4's 16-byte loads need them
     (experts_alignment_ok). Decided at build for all layers, like scale_max, so no layer can
@@ -91,11 +86,11 @@ class K2Plan:
 
     @classmethod
     def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int,
-                    tp: int = 1, scale_max: Optional[int] = None, scale_min: Optional[int] = None,
+                    tp: int = 1, scale_max: Optional[int] = None,
                     experts_aligned: Optional[bool] = None) -> "K2Plan":
-        """The plan for layers shaped like `w`. `scale_max`, `scale_min` and
-        `experts_aligned`: experts_scale_max / experts_scale_min / experts_alignment_ok over
-        every layer the plan will run (default: `w`'s alone, right only for a one-layer plan)."""
+        """The plan for layers shaped like `w`. `scale_max` and `experts_aligned`: the
+        functions of those names over every layer the plan will run (default: `w`'s alone,
+        right only for a one-layer plan)."""
         ex = w.moe.experts
         mx = isinstance(ex, Mxfp4Experts)
         if not mx and not isinstance(ex, DenseExperts):
@@ -106,14 +101,13 @@ class K2Plan:
         if w.moe.latent_norm is None:  # config_reasons refuses such a model first
             raise ValueError("K2Plan: no latent norm weight: the launch always applies the latent RMSNorm")
         smax = experts_scale_max([w]) if scale_max is None else scale_max
-        smin = experts_scale_min([w]) if scale_min is None else scale_min
         aligned = experts_alignment_ok([w]) if experts_aligned is None else experts_aligned
         return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
                    inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
                    situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp,
-                   scale_max=smax, scale_min=smin, experts_aligned=aligned)
+                   scale_max=smax, experts_aligned=aligned)
 
     @property
     def mma_experts(self) -> bool:
@@ -127,22 +121,6 @@ class K2Plan:
                           inter=self.inter, mma=True)
         return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
                 and bool(tiles["MMA"]))
-
-
-    @property
-    def i8_experts(self) -> bool:
-        """experts_up may run through mma_i8 (the XI8 tile option): the mma experts, at most
-        I8_MAX_ROWS rows, every gate/up scale at least I8_SCALE_MIN. Its sums are exact
-        integers where mma_fp4's are fp32 (x quantised to 2^-15 of each 32-element group's
-        largest), so not bitwise mma_fp4's: a plan-wide choice, like the expert path."""
-        return self.mma_experts and self.rows <= I8_MAX_ROWS and self.scale_min >= I8_SCALE_MIN
-
-
-def experts_scale_min(layers) -> int:
-    """The smallest ue8m0 scale code in the MXFP4 experts' gate/up weights of `layers`
-    (K2RankWeights; 0 with none), at build, like experts_scale_max."""
-    mins = [int(w.moe.experts.w13_scale.min()) for w in layers if isinstance(w.moe.experts, Mxfp4Experts)]
-    return min(mins) if mins else 0
 
 
 def experts_scale_max(layers) -> int:
@@ -281,14 +259,6 @@ class K2Scratch:
     latent_ssq: torch.Tensor
     """[latent_ssq_slots(L), 16] fp32 (LSQ): each latent tile's share of its rows' sum of
     squares, written by combine (TP 1) or the reduce (TP > 1), summed by latent_up."""
-    x8: torch.Tensor
-    """[min(M, 2), L/32, 4, 32] int8 (XI8): experts_up's x as mma_i8 reads it, each group's
-    limbs of xi and of -xi (mma_i8.store_x8), written by the front's latent-down tiles."""
-    x8_q: torch.Tensor
-    """[min(M, 2), L/32] uint8 (XI8): each group's exponent byte (mma_i8.store_x8)."""
-    x8_count: torch.Tensor
-    """int32 [L/32] (XI8): the latent-down tiles stored of each group, where a tile is
-    narrower than a group (zero between launches)."""
     sync: torch.Tensor
     """int32 [K2_SYNC_WORDS]: the grid barrier's and the epoch's words (runtime/triton_sync),
     then FR's two front-tile counts (triton/kernel.FRONT_ROUTER / FRONT_SHARED); zero
@@ -313,9 +283,6 @@ class K2Scratch:
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
             latent_ssq=torch.empty(latent_ssq_slots(plan.latent), ROW_PAD, **f32),
-            x8=torch.empty(min(m, I8_MAX_ROWS), plan.latent // 32, 4, 32, dtype=torch.int8, device=device),
-            x8_q=torch.empty(min(m, I8_MAX_ROWS), plan.latent // 32, dtype=torch.uint8, device=device),
-            x8_count=torch.zeros(plan.latent // 32, dtype=torch.int32, device=device),
             sync=torch.zeros(K2_SYNC_WORDS, dtype=torch.int32, device=device),
         )
 
@@ -466,9 +433,6 @@ class K2Launch:
             raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
                              "latent's tiles leave their shares)")
         b["LSQ"] = int(b.get("LSQ", 0)) if not self.hip else 0  # measured on sm_90 only
-        # XI8 (the int8 experts_up) where the plan takes it; else mma_fp4, a speed choice the
-        # plan makes once for all layers (its numbers differ in the last bits: K2Plan.i8_experts)
-        b["XI8"] = int(b.get("XI8", 0)) if b.get("MMA") and pl.i8_experts else 0
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
                                  bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \
             if b["FR"] else 0
@@ -496,7 +460,7 @@ class K2Launch:
             moe.shared_down, moe.shared_down.stride(0), moe.latent_norm, moe.latent_up, moe.latent_up.stride(0),
             *self._partials(), s.p, s.h2, s.gate_up, s.logits, s.routed_in, s.ids, s.wts, s.owner, s.act, s.y,
             s.shared_act, s.latent_normed, *self._partials2(), s.seam_a, s.seam_mix, s.seam_parts, s.seam_counters,
-            s.expert_table, s.latent_ssq, s.x8, s.x8_q, s.x8_count,
+            s.expert_table, s.latent_ssq,
             out, *self._peer_args(),
             s.sync, self.errors.address, deadline_ns(self.deadline_s), self.rank, layer, stall,
             self.trace if self.trace is not None else s.sync, b["FRH"], 0,
@@ -523,7 +487,6 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            XI8=b["XI8"], XR8=min(m, I8_MAX_ROWS),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

@@ -89,10 +89,6 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
     MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
     rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
-    XI8 (0 off; 1..3, where the plan takes it: K2Plan.i8_experts, at most 2 rows): experts_up
-    through mma_i8 (int8 mma.sync, the scales on the accumulators, x prepared by the front's
-    latent-down tiles), its weights loaded that many k-blocks ahead in registers (XPD, XRS
-    and KUX then unused there); its sums differ from mma_fp4's in the last bits.
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
@@ -321,9 +317,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XL2B", "XL2BD"):  # the expert loads' L2 prefetch-size hint
         if b.get(key, 0) not in L2_PREFETCH_SIZES:
             raise ValueError(f"K2 tiles: {key}={b[key]}; the L2 prefetch-size hint is 0 (none), 128 or 256 bytes")
-    if b.get("XI8", 0) not in (0, 1, 2, 3):  # the int8 experts_up: off, or its register prefetch's depth
-        raise ValueError(f"K2 tiles: XI8={b['XI8']}; experts_up through mma_i8 takes 1..3 k-blocks of register "
-                         "prefetch, or 0 (mma_fp4)")
     if b.get("XET", 0) not in (0, 1, 2):  # experts_down's expert and slots: from the step's table, or found
         raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1; 2: the next item's "
                          "expert a step ahead) or not (0)")

@@ -1,5 +1,5 @@
-"""Design microbenchmark: K2's MXFP4 expert loop through int8 mma.sync (k2/triton/mma_i8.py)
-against mma_fp4's bf16 one, at 1 and 2 rows (sm_90).
+"""Design microbenchmark: K2's MXFP4 expert loop through int8 mma.sync (mma_i8.py, beside
+this file) against mma_fp4's bf16 one, at 1 and 2 rows (sm_90).
 
 The same persistent grid as fp4_decode_microbench's `mma` rows (one program an SM, an item
 NT weight rows of one expert, two 16-row tiles a warp), at a TP-8 rank's gate/up (N 768,
@@ -7,7 +7,8 @@ K 3584) and down (N 3584, K 384) shapes, 16 / 32 experts at 1 / 2 rows, ue8m0 sc
 from [110, 129). Each variant is checked against the fp32 reference and against the bf16
 loop's own output, then timed warm (graph replays) and cold (eight weight sets in turn
 in one graph: past L2, as in K2). x's preparation (mma_i8.store_x8, which K2's producers
-would run as they store x) is timed on its own.
+would run as they store x) is timed on its own. Results and the K2 A/B (thirtieth session:
+the loop 24 % faster at 1 row here, K2 no faster): docs/evidence/k2-sm90.md.
 
 Run from the repository root on the GPU: `python3 tools/device/i8_mma_microbench.py`
 (MB_ONLY=<substring>[|...] filters the variants, MB_ROWS=1,2 the rows)."""
@@ -20,9 +21,9 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemv_microbench import copy_gbs, fp4_case, wanted  # noqa: E402
+from mma_i8 import mxfp4_i8_tiles, store_x8  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
-from sgl_k3_mono.k2.triton.mma_i8 import mxfp4_i8_tiles, store_x8  # noqa: E402
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles  # noqa: E402
 
 

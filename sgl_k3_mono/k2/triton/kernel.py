@@ -39,7 +39,6 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
-from sgl_k3_mono.k2.triton.mma_i8 import mxfp4_i8_tiles, store_x8
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_row, table_expert, table_slot,
                                            user_count, user_rows, write_expert_table)
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
@@ -219,29 +218,6 @@ def _count_tile(counter_ptr):
 
 
 @triton.jit
-def _x8_tile(xin_ptr, M, n0, BT: tl.constexpr, L: tl.constexpr, x8_ptr, x8q_ptr, x8c_ptr, XR8: tl.constexpr):
-    """XI8: experts_up's x prepared for mma_i8 (store_x8) from the latent-down tile this
-    program just stored (xin's columns n0 .. n0 + BT - 1). A tile of whole groups prepares
-    them; a group cut over 32 / BT tiles is prepared by the tile that stores its last part
-    (a counter a group, with acquire and release; that tile sets it back to 0)."""
-    rr = tl.arange(0, XR8)
-    tl.debug_barrier()  # every thread's part of the tile is stored
-    if BT >= 32:
-        k = n0 + tl.arange(0, BT // 32)[:, None] * 32 + tl.arange(0, 32)[None, :]
-        x = tl.load(xin_ptr + rr[:, None, None] * L + k[None, :, :], mask=rr[:, None, None] < M, other=0.0,
-                    cache_modifier=".cg")
-        store_x8(x8_ptr, x8q_ptr, x.to(tl.float32), rr, n0 // 32, L // 32)
-    else:
-        grp = n0 // 32
-        if tl.atomic_add(x8c_ptr + grp, 1, sem="acq_rel", scope="gpu") == 32 // BT - 1:
-            k = grp * 32 + tl.arange(0, 32)
-            x = tl.load(xin_ptr + rr[:, None] * L + k[None, :], mask=rr[:, None] < M, other=0.0,
-                        cache_modifier=".cg")
-            store_x8(x8_ptr, x8q_ptr, tl.reshape(x.to(tl.float32), (XR8, 1, 32)), rr, grp, L // 32)
-            tl.store(x8c_ptr + grp, 0)
-
-
-@triton.jit
 def _route_one(r, logit_ptr, bias_ptr, ids_ptr, wts_ptr, owner_ptr, E, TOPK: tl.constexpr, BE: tl.constexpr,
                KB: tl.constexpr):
     """Row r's top-k into ids / wts; each expert's owner is the least (row, slot) naming it."""
@@ -337,7 +313,6 @@ def k2_kernel(
     # scratch
     part1_ptr, p_ptr, h2_ptr, gu_ptr, logit_ptr, xin_ptr, ids_ptr, wts_ptr, owner_ptr, act_ptr, y_ptr,
     sact_ptr, xnorm_ptr, part2_ptr, sa_ptr, smix_ptr, spart_ptr, scnt_ptr, etab_ptr, lsq_ptr,
-    x8_ptr, x8q_ptr, x8c_ptr,
     out_ptr,
     # TP > 1: peers' symmetric partial buffers and ready tags (int64 address tables), local reduce
     peer1_ptr, peer2_ptr, flag_ptr, red_ptr, SLOT1, SLOT2,
@@ -366,8 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, XI8: tl.constexpr = 0,
-    XR8: tl.constexpr = 1,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -529,8 +503,6 @@ def k2_kernel(
                 else:
                     _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
                                 BK, STAGES, DENSE_GEMV, False, True)
-                    if XI8 > 0:
-                        _x8_tile(xin_ptr, M, (tile - NRT - NST) * BNF, BNF, L, x8_ptr, x8q_ptr, x8c_ptr, XR8)
             for hi in range((pid - frh + nprog) % nprog, M + M * NSC, nprog):  # helper hi: row hi, or a chunk
                 if hi < M:
                     wait_geq(sync_ptr + FRONT_ROUTER, NRT, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2,
@@ -553,8 +525,6 @@ def k2_kernel(
                 else:
                     _front_rows(h2_ptr, M, wdn_ptr, s_wdn, n0 - S2 - E, L, xin_ptr, rm, H, BM, BNF, BK, STAGES,
                                 DENSE_GEMV, False, True)
-                    if XI8 > 0:
-                        _x8_tile(xin_ptr, M, n0 - S2 - E, BNF, L, x8_ptr, x8q_ptr, x8c_ptr, XR8)
         if PERSISTENT:
             _barrier(2, 2, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if FR:  # every helper's wait is over (barrier 2): the counts start again at 0
@@ -609,13 +579,8 @@ def k2_kernel(
                                             .to(tl.int64) * s13_e, s13_n, ((item + nprog) % (I // BI)) * BI, I_UP, BI,
                                             L // 2, NT)
                     gr = i0 + qup
-                    if XI8 > 0:  # through int8 mma.sync, x as the front prepared it (mma_i8)
-                        gu = mxfp4_i8_tiles(x8_ptr, x8q_ptr, L // 32, M, w13_ptr + e * s13_e, s13_n,
-                                            sc13_ptr + e * ssc13_e, ssc13_n, gr, gr + I_UP, L // KSX, NT, XR8, qkb, XI8)
-                    else:
-                        gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                              ssc13_n, gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off,
-                                              XL2B)
+                    gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
+                                          gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B)
                     if KSX > 1:
                         gu = (_group_sum(gu[0], KSX), _group_sum(gu[1], KSX), _group_sum(gu[2], KSX),
                               _group_sum(gu[3], KSX), _group_sum(gu[4], KSX), _group_sum(gu[5], KSX),

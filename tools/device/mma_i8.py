@@ -1,4 +1,9 @@
-"""MXFP4 expert projections on sm_90 through int8 mma.sync, for 1 or 2 rows of x (XI8).
+"""MXFP4 expert projections on sm_90 through int8 mma.sync, for 1 or 2 rows of x: the design
+microbenchmark's loop (i8_mma_microbench.py). K2 ran it in experts_up as the XI8 option
+(commit 4c9b786, reverted): its loop took 16.4 against 17.7 us at 1 row, and preparing x in
+the front cost that phase 1.5 us, so the launch was no faster (docs/evidence/k2-sm90.md,
+thirtieth session). It keeps the thread map and return layout of K2's
+k2/triton/mma_fp4.mxfp4_mma_tiles.
 
 mma_fp4 decodes each code into a bf16 lane and multiplies it by its group's scale: 4 PTX
 instructions a code pair, about 270 of its loop's 350 SASS instructions a k-block at 1
@@ -28,8 +33,8 @@ for -xi. Every element within 2^-6 of its group's largest is an integer there (a
 value has 8 significant bits), so exact; a smaller one is off by at most 2^-15 of the
 largest. The sums are exact in int32 and in the fp32 they become (|256 hi + lo| < 2^24
 a k-block); the accumulator's factor is 2^(S - 128 - ex) (S the ue8m0 byte), an fp32
-built from S + (-1 - ex): the plan keeps S in [I8_SCALE_MIN, I8_SCALE_MAX]
-(K2Plan.mma_experts) and ex in [-EX_LIMIT, EX_LIMIT], so it is a normal fp32. A group of
+built from S + (-1 - ex): with S in [I8_SCALE_MIN, I8_SCALE_MAX] (a plan's check, as
+K2Plan.mma_experts checks mma_fp4's) and ex in [-EX_LIMIT, EX_LIMIT] it is a normal fp32. A group of
 x with a non-finite element is marked in its q byte and makes its rows' outputs NaN."""
 
 from __future__ import annotations
