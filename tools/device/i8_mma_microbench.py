@@ -21,9 +21,9 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gemv_microbench import copy_gbs, fp4_case, wanted  # noqa: E402
-from mma_i8 import mxfp4_i8_tiles, store_x8  # noqa: E402
 
 sys.path.insert(0, os.getcwd())
+from mma_i8 import mxfp4_i8_tiles, store_x8  # noqa: E402
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles  # noqa: E402
 
 

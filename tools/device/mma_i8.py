@@ -42,6 +42,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from sgl_k3_mono.k2.triton.mma_fp4 import _words as _w4  # the 16 bytes at a thread's pointer as four words
+
 I8_SCALE_MIN = 62
 """The smallest ue8m0 scale byte the int8 path takes (S - 1 - EX_LIMIT >= 1: a normal factor)."""
 I8_SCALE_MAX = 128
@@ -142,18 +144,9 @@ def quad_sum(v):
 
 
 @triton.jit
-def _w4(ptr):
-    """The 16 bytes at each thread's int32 pointer as four [NT] words (one vector load)."""
-    v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :])
-    a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
-    w0, w2 = tl.split(a)
-    w1, w3 = tl.split(b)
-    return w0, w1, w2, w3
-
-
-@triton.jit
 def _x4(ptr, live):
-    """_w4 on the lanes that carry x (live), zeros on the others."""
+    """The 16 bytes at each thread's int32 pointer as four [NT] words on the lanes that carry x
+    (live), zeros on the others."""
     v = tl.load(ptr[:, None] + tl.arange(0, 4)[None, :], mask=live[:, None], other=0)
     a, b = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))
     w0, w2 = tl.split(a)
