@@ -4,6 +4,7 @@ real SGLang 0.5.23."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# A worker a test starts as `python tests/.../worker.py` has its own folder first on sys.path,
+# not the checkout, so it imported whatever sgl_k3_mono was installed (an older one, on a
+# developer's machine): every process a test starts imports this checkout's package.
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
 
 
 
