@@ -53,8 +53,6 @@ EX_LIMIT = tl.constexpr(60)
 Q_BIAS = tl.constexpr(64)
 """A group's q byte is -1 - ex + Q_BIAS (in [3, 123]); Q_NONFINITE marks a group with a non-finite element."""
 Q_NONFINITE = tl.constexpr(255)
-X8_GROUP_BYTES = 128
-"""Bytes a 32-element group of x takes prepared: xi's hi and lo limbs, then -xi's (32 each)."""
 # twice the e2m1 magnitudes of codes 0..7, the prmt table (bytes 0..3, 4..7)
 _T0 = tl.constexpr(0x03020100)
 _T1 = tl.constexpr(0x0C080604)
