@@ -302,57 +302,14 @@ def latent_ssq_slots(latent: int) -> int:
 
 
 def ring_bytes(meta: dict) -> int:
-    """Shared memory a launch of these options takes past Triton's own (0: none): the deeper
-    of the two expert phases' mma_fp4 rings (a stage of RING_STAGE_BYTES_PER_THREAD a
-    thread), then the staging buffer of the front's and latent_up's first tiles (SMF / SMU:
-    triton/stage.py), which starts where the ring ends."""
+    """Shared memory mma_fp4's ring takes in a launch of these options (0: no ring): the
+    deeper of the two expert phases' rings, a stage of RING_STAGE_BYTES_PER_THREAD a thread."""
     stages = max(meta.get("XRS", 0), meta.get("XRSD", 0))
-    ring = 0
-    if stages:
-        from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
+    if not stages:
+        return 0
+    from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD
 
-        ring = stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
-    staged = max(meta.get("SMF", 0), 2 * meta["L"] if meta.get("SMU", 0) else 0)
-    if not staged:
-        return ring
-    from sgl_k3_mono.k2.triton.stage import stage_bytes
-
-    return ring + stage_bytes(staged, meta["NT"], meta["BM"])
-
-
-STAGE_ISSUE_PHASES = (1, 4, 5, 6)
-"""Phases whose start may issue latent_up's staged tile (SMUP; 1: with the front's, where
-SMF is off)."""
-
-
-def stage_options(b: dict, *, hidden: int, latent: int, ptx: bool, front: tuple, up) -> tuple[int, int, int]:
-    """(SMF, SMU, SMUP) as a launch can take them: SMF bytes of each row of a program's first
-    front tile and SMU (1) all of its first latent_up tile's rows staged in shared memory
-    (triton/stage.py), the latter's copies issued as phase SMUP starts. Off (0) where the
-    PTX does not run, or the tiles are not 16 rows (the 1-row build), or a weight's rows
-    are not 16-byte aligned; a value the kernel cannot take raises."""
-    smf, smu, smup = int(b.get("SMF", 0)), int(b.get("SMU", 0)), int(b.get("SMUP", 4))
-    if int(b.get("SMFP", 1)) not in (0, 1):
-        raise ValueError(f"K2 tiles: SMFP={b['SMFP']}; the front's staged tile is issued as o_proj (0) or the seam "
-                         "(1) starts")
-    if smf < 0 or smf % 1024 or smf // 2 % b["BK"] or smf > 2 * hidden:
-        raise ValueError(f"K2 tiles: SMF={smf}; the front's staged bytes a row are a multiple of 1024 and of the "
-                         f"K step ({b['BK']} elements), at most the row ({2 * hidden})")
-    if smu not in (0, 1) or smup not in STAGE_ISSUE_PHASES:
-        raise ValueError(f"K2 tiles: SMU={smu}, SMUP={smup}; latent_up's first tile is staged (1) or not (0), "
-                         f"issued as phase {' / '.join(map(str, STAGE_ISSUE_PHASES))} starts")
-    if smu and (2 * latent) % 1024:
-        raise ValueError(f"K2 tiles: SMU needs the latent's row bytes ({2 * latent}) a multiple of 1024")
-    if smu and smup == 1 and smf:
-        raise ValueError("K2 tiles: SMUP=1 shares the buffer with SMF's copies; take SMF=0 or a later phase")
-    fits = (ptx and b["num_warps"] == 8 and b.get("FR", 0) == 1 and b["BNR"] == 16 and b["BNF"] == 16
-            and b["BN"] == 16 and b["BNH"] == 16)
-    aligned = lambda t: t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0  # noqa: E731
-    if not (fits and all(aligned(t) for t in front)):
-        smf = 0
-    if not (fits and aligned(up)):
-        smu = 0
-    return smf, smu, smup if smu else 4
+    return stages * meta["NT"] * RING_STAGE_BYTES_PER_THREAD.value
 
 
 @dataclass
@@ -458,9 +415,6 @@ class K2Launch:
         front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
         b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and _runs_ptx()
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
-        b["SMF"], b["SMU"], b["SMUP"] = stage_options(
-            dict(b, FR=0 if self.hip else b.get("FR", 0)), hidden=pl.hidden, latent=pl.latent,
-            ptx=not self.hip and _runs_ptx() and pl.isa == "sm_90", front=front, up=w.moe.latent_up)
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
             b["SDU"] = 2 * int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
@@ -533,7 +487,6 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            SMF=b["SMF"], SMU=b["SMU"], SMUP=b["SMUP"], SMFP=int(b.get("SMFP", 1)),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

@@ -109,7 +109,6 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = bool(torch.isfinite(out.float()).all())
     res["mma"] = bool(launch.tiles_used.get("MMA", 0))
-    res["staged"] = {k: launch.tiles_used.get(k, 0) for k in ("SMF", "SMU", "SMUP")}
     if keep_out:  # the launch's own output, for launch-against-launch checks (not JSON)
         res["out"] = out.float().cpu()
     return res

@@ -38,10 +38,9 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
-from sgl_k3_mono.k2.triton.mma_fp4 import RING_STAGE_BYTES_PER_THREAD, mxfp4_mma_tiles
+from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_row, table_expert, table_slot,
                                            user_count, user_rows, write_expert_table)
-from sgl_k3_mono.k2.triton.stage import stage_init, stage_issue, stage_wait, staged_dot
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import split_seam_persistent, split_seam_step
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, grid_barrier, maybe_stall, now_ns, wait_eq, wait_geq
@@ -108,13 +107,6 @@ def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr
     maybe_stall(stall_phase, phase, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, HIP)
     if TRACE:
         tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + phase, now_ns(HIP))
-
-
-@triton.jit
-def _stamp(trace_ptr, slot, HIP: tl.constexpr, TRACE: tl.constexpr):
-    """(TRACE) this program's time into trace slot `slot` (the probes inside a phase: 10..15)."""
-    if TRACE:
-        tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + slot, now_ns(HIP))
 
 
 @triton.jit
@@ -203,13 +195,11 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
 @triton.jit
 def _front_rows(h2_ptr, M, w_ptr, s_w, n0, N, out_ptr, rm, H: tl.constexpr, BM: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, STAGES: tl.constexpr, DENSE_GEMV: tl.constexpr, ROUND: tl.constexpr,
-                OUT_BF16: tl.constexpr, k_lo=0, pre=None):
+                OUT_BF16: tl.constexpr):
     """Rows n0 .. n0 + BT - 1 of one segment of the front (N rows of stride s_w) over h2
-    into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16). k_lo / pre:
-    K from k_lo on, added to pre (the staged columns' sums: SMF)."""
-    if pre is None:
-        pre = tl.zeros((BM, BT), tl.float32)
-    acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, pre, BM, BT, BK, STAGES, DENSE_GEMV, k_lo)
+    into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16)."""
+    acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, tl.zeros((BM, BT), tl.float32), BM, BT, BK, STAGES,
+                   DENSE_GEMV)
     rn = n0 + tl.arange(0, BT)
     if OUT_BF16:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
@@ -307,29 +297,6 @@ def _down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.conste
 # instruction, as when they were specialised. has_prefix stays specialised (two variants a
 # width: block-write layers and the rest): unspecialised, both of its seam branches are
 # compiled in, 8.5 % more code at 2 rows.
-@triton.jit
-def _stage_front(pid, stage_off, wr_ptr, s_wr, wgu_ptr, s_wgu, wdn_ptr, s_wdn, E: tl.constexpr, S2: tl.constexpr,
-                 L: tl.constexpr, BNR: tl.constexpr, BNF: tl.constexpr, SMF: tl.constexpr, NT: tl.constexpr):
-    """SMF: the first SMF bytes of each row of this program's first front tile (FR's order:
-    [router | shared gate/up] in BNR-row tiles, then [latent down] in BNF-row ones)."""
-    if pid < E // BNR + S2 // BNR + L // BNF:
-        if pid < E // BNR:
-            stage_issue(stage_off, wr_ptr, s_wr, pid * BNR, SMF, NT)
-        elif pid < E // BNR + S2 // BNR:
-            stage_issue(stage_off, wgu_ptr, s_wgu, (pid - E // BNR) * BNR, SMF, NT)
-        else:
-            stage_issue(stage_off, wdn_ptr, s_wdn, (pid - E // BNR - S2 // BNR) * BNF, SMF, NT)
-
-
-@triton.jit
-def _stage_up(pid, stage_off, wup_ptr, s_wup, NHT: tl.constexpr, BNH: tl.constexpr, L: tl.constexpr,
-              NT: tl.constexpr):
-    """SMU: all of this program's first latent_up tile (tile pid, rows pid * BNH ..) into the
-    staging buffer, whose earlier window (SMF) every thread of the program is done with."""
-    if pid < NHT:
-        stage_issue(stage_off, wup_ptr, s_wup, pid * BNH, 2 * L, NT)
-
-
 K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr", "frh", "ring_off")
 
 
@@ -375,7 +342,6 @@ def k2_kernel(
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
     LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
-    SMF: tl.constexpr = 0, SMU: tl.constexpr = 0, SMUP: tl.constexpr = 4, SMFP: tl.constexpr = 1,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -424,22 +390,10 @@ def k2_kernel(
         part1_ptr += (epoch % 2) * SLOT1
         part2_ptr += (epoch % 2) * SLOT2
 
-    # SMF / SMU (persistent only): a program's first front / latent_up tile staged in shared
-    # memory (stage.py) while HBM idles, in the buffer past mma_fp4's ring
-    STAGE_F: tl.constexpr = PERSISTENT and SMF > 0
-    STAGE_U: tl.constexpr = PERSISTENT and SMU > 0
-    RING_B: tl.constexpr = (XRS if XRS > XRSD else XRSD) * NT * RING_STAGE_BYTES_PER_THREAD
-    stage_off = ring_off + RING_B
-    if STAGE_F or STAGE_U:
-        stage_init(stage_off, NT)
-
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
             _enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if STAGE_F and SMFP == 0:
-                _stage_front(pid, stage_off, wr_ptr, s_wr, wgu_ptr, s_wgu, wdn_ptr, s_wdn, E, S2, L, BNR, BNF, SMF,
-                             NT)
         for tile in range(pid, NHO, nprog):  # OBNH rows a tile (OBN: the register tile)
             n0, nend = _h_tile(tile, H, OBN, OBNH)
             acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, OBN), tl.float32),
@@ -458,11 +412,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 1:
         if PERSISTENT:
             _enter(1, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if STAGE_F and SMFP == 1:  # the seam leaves HBM idle
-                _stage_front(pid, stage_off, wr_ptr, s_wr, wgu_ptr, s_wgu, wdn_ptr, s_wdn, E, S2, L, BNR, BNF, SMF,
-                             NT)
-            if STAGE_U and SMUP == 1:
-                _stage_up(pid, stage_off, wup_ptr, s_wup, NHT, BNH, L, NT)
             if PF > 0:  # HBM is idle through the seam: the head of this program's first front tile into L2
                 if pid < (S2 + E + L) // BNF:
                     n0 = pid * BNF
@@ -543,30 +492,14 @@ def k2_kernel(
             NRT: tl.constexpr = E // BNR
             NST: tl.constexpr = S2 // BNR
             for tile in range(pid, NRT + NST + L // BNF, nprog):
-                k_lo = 0
-                pre = tl.zeros((BM, BNR), tl.float32)
-                if STAGE_F:
-                    if tile == pid:  # its first SMF bytes a row are in shared memory
-                        stage_wait(stage_off, 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2, NT)
-                        _stamp(trace_ptr, 13, HIP, TRACE)
-                        pre = staged_dot(stage_off, h2_ptr, H, M, SMF, BM, BNR, NT)
-                        _stamp(trace_ptr, 14, HIP, TRACE)
-                        k_lo = SMF // 2
                 if tile < NRT:
                     _front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
-                                DENSE_GEMV, FRONT_BF16, False, k_lo, pre)
+                                DENSE_GEMV, FRONT_BF16, False)
                     _count_tile(sync_ptr + FRONT_ROUTER)
-                    if tile == pid:
-                        _stamp(trace_ptr, 15, HIP, TRACE)
                 elif tile < NRT + NST:
                     _front_rows(h2_ptr, M, wgu_ptr, s_wgu, (tile - NRT) * BNR, S2, gu_ptr, rm, H, BM, BNR, BK,
-                                STAGES, DENSE_GEMV, FRONT_BF16, False, k_lo, pre)
+                                STAGES, DENSE_GEMV, FRONT_BF16, False)
                     _count_tile(sync_ptr + FRONT_SHARED)
-                    if tile == pid:
-                        _stamp(trace_ptr, 15, HIP, TRACE)
-                elif STAGE_F:  # (SMF: BNF = BNR)
-                    _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
-                                BK, STAGES, DENSE_GEMV, False, True, k_lo, pre)
                 else:
                     _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
                                 BK, STAGES, DENSE_GEMV, False, True)
@@ -613,8 +546,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 4:
         if PERSISTENT:
             _enter(4, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if STAGE_U and SMUP == 4:  # latent_up's first tile, while the expert phases leave HBM idle
-                _stage_up(pid, stage_off, wup_ptr, s_wup, NHT, BNH, L, NT)
         ids, keep, first, number, n_e = distinct_experts(ids_ptr, owner_ptr, M, TOPK, BM, KB)
         n_up = n_e * (I // BI)
         # SDU: the shared experts' down tiles ride here (item n_up + t is tile t), on programs
@@ -710,8 +641,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 5:
         if PERSISTENT:
             _enter(5, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if STAGE_U and SMUP == 5:  # latent_up's first tile, while the expert phases leave HBM idle
-                _stage_up(pid, stage_off, wup_ptr, s_wup, NHT, BNH, L, NT)
         if XET:  # phase 4's expert table (mma_fp4 only: tiles.fit_tiles)
             n_e = tl.load(etab_ptr)
         else:
@@ -797,8 +726,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 6:
         if PERSISTENT:
             _enter(6, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if STAGE_U and SMUP == 6:  # latent_up's first tile, while the expert phases leave HBM idle
-                _stage_up(pid, stage_off, wup_ptr, s_wup, NHT, BNH, L, NT)
         keep = (rm[:, None] < M) & (kc[None, :] < TOPK)
         wts = tl.load(wts_ptr + rm[:, None] * TOPK + kc[None, :], mask=keep, other=0.0)
         # (its own tile width, BC: the experts' BL, 256 with mma_fp4, left 14 programs at work)
@@ -876,21 +803,11 @@ def k2_kernel(
                 tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
                          mask=km)
             tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
-        _stamp(trace_ptr, 10, HIP, TRACE)
         for tile in range(pid, NHT, nprog):
             n0, nend = _h_tile(tile, H, BN, BNH)
             rn = n0 + tl.arange(0, BN)
-            k_lo = 0
-            acc = tl.zeros((BM, BN), tl.float32)
-            if STAGE_U:
-                if tile == pid:  # the whole tile is in shared memory
-                    stage_wait(stage_off, 1 if STAGE_F else 0, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 8,
-                               NT)
-                    _stamp(trace_ptr, 11, HIP, TRACE)
-                    acc = staged_dot(stage_off, xn_ptr, L, M, 2 * L, BM, BN, NT)
-                    _stamp(trace_ptr, 12, HIP, TRACE)
-                    k_lo = L
-            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, acc, BM, BN, BK, STAGES, DENSE_GEMV, k_lo)
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
+                           BM, BN, BK, STAGES, DENSE_GEMV)
             msk = _h_mask(rm, M, rn, nend, BN, BNH)
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
@@ -898,8 +815,6 @@ def k2_kernel(
             p = tl.load(p_ptr + rm[:, None] * H + rn[None, :], mask=msk, other=0.0)
             x = (x + p.to(tl.float32)).to(tl.bfloat16)
             tl.store(out_ptr + rm[:, None] * H + rn[None, :], x, mask=msk)
-            if tile == pid:
-                _stamp(trace_ptr, 25, HIP, TRACE)
         if PERSISTENT:
             if TRACE:
                 tl.store(trace_ptr + pid * TRACE_SLOTS + TRACE_EXIT, now_ns(HIP))
