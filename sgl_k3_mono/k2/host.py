@@ -249,9 +249,8 @@ class K2Scratch:
     seam_mix: torch.Tensor
     """[M, H] fp32: the split seam's mix, between its second and third step."""
     seam_parts: torch.Tensor
-    """[M, SP, 2 seam_part_width(16)] fp32, zeroed once: the split seam's per-slice partial
-    sums (SP at the narrowest slice, the most slices a row can have), as fp32 words or
-    (STG) as 64-bit words carrying the launch's tag (runtime/triton_seam)."""
+    """[M, SP, seam_part_width(16)] fp32: the split seam's per-slice partial sums (SP at
+    the narrowest slice, the most slices a row can have)."""
     seam_counters: torch.Tensor
     """int32 [16]: the split seam's row counters (zero between launches)."""
     expert_table: torch.Tensor
@@ -280,7 +279,7 @@ class K2Scratch:
             latent_normed=torch.empty(plan.grid, m, plan.latent, **bf),
             part2=torch.empty(m, plan.latent + h, **bf),
             seam_a=torch.empty(m, h, **bf), seam_mix=torch.empty(m, h, **f32),
-            seam_parts=torch.zeros(m, -(-h // SLICES[0]), 2 * seam_part_width(NBB), **f32),
+            seam_parts=torch.empty(m, -(-h // SLICES[0]), seam_part_width(NBB), **f32),
             seam_counters=torch.zeros(NBB, dtype=torch.int32, device=device),
             expert_table=torch.empty(expert_table_words(plan.top_k), dtype=torch.int32, device=device),
             latent_ssq=torch.empty(latent_ssq_slots(plan.latent), ROW_PAD, **f32),
@@ -430,9 +429,6 @@ class K2Launch:
         if b.get("FR", 0) not in (0, 1):
             raise ValueError(f"K2Launch: FR {b['FR']} is not 0 (a routing phase) or 1 (routing in the front)")
         b["FR"] = int(b.get("FR", 0)) if not self.hip else 0  # measured on sm_90 only
-        if b.get("STG", 0) not in (0, 1):
-            raise ValueError(f"K2Launch: STG {b['STG']} is not 0 (the split seam's row counters) or 1 (its partials "
-                             "tagged with the launch's epoch)")
         if b.get("LSQ", 0) not in (0, 1):
             raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
                              "latent's tiles leave their shares)")
@@ -491,7 +487,6 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            STG=int(b.get("STG", 0)) if not self.hip else 0,
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

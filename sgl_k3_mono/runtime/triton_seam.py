@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.triton_sync import fail, now_ns, wait_geq
+from sgl_k3_mono.runtime.triton_sync import wait_geq
 
 SLICES = (256, 512)
 """The split seam's slice widths, narrowest first."""
@@ -40,40 +40,6 @@ def seam_part_width(nbp: int) -> int:
     """fp32 words of one slice's partials: NBP score dots, NBP sums of squares, the mix's
     sum of squares (split_seam_step's PW, the layout it writes)."""
     return 2 * nbp + 1
-
-
-# Tagged partials (split_seam_persistent's TAGGED): each fp32 partial travels in one 64-bit
-# word with the launch's tag in its high half, stored plainly; a reader polls the words
-# until each carries the tag. A naturally aligned 64-bit access is single-copy atomic, so a
-# word is either the old one or the whole new one: no release fence, counter atomic or
-# second load between a slice's partials and the row's readers. The words then take twice
-# an fp32 buffer's bytes (a seam_parts of [M, SP, 2 PW] fp32, zeroed once: tag 0 is never
-# a launch's).
-
-
-@triton.jit
-def _tagged(vals, tag):
-    """fp32 `vals` as 64-bit words carrying `tag` (int32 > 0) in their high half."""
-    return (tag.to(tl.int64) << 32) | (vals.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF)
-
-
-@triton.jit
-def _poll_tagged(ptr, mask, tag, t0, deadline_ns, err_addr, rank, layer, LAUNCH: tl.constexpr,
-                 PHASE: tl.constexpr, HIP: tl.constexpr):
-    """The fp32 values of the 64-bit words at `ptr` (where `mask`) once every one carries
-    `tag`, polled past L1 and bounded by the deadline."""
-    want = tag.to(tl.int64) << 32
-    w = tl.load(ptr, mask=mask, other=want, volatile=True)
-    ok = tl.min(tl.ravel((((w >> 32) & 0xFFFFFFFF) == tag).to(tl.int32)), axis=0)
-    while ok == 0:
-        waited = now_ns(HIP) - t0
-        if waited > deadline_ns:
-            fail(err_addr, rank, layer, LAUNCH, PHASE, waited)
-            ok = 1
-        else:
-            w = tl.load(ptr, mask=mask, other=want, volatile=True)
-            ok = tl.min(tl.ravel((((w >> 32) & 0xFFFFFFFF) == tag).to(tl.int32)), axis=0)
-    return (w & 0xFFFFFFFF).to(tl.int32).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -105,12 +71,9 @@ def split_seam_step(pid, M, nvb, eps,
                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                     STEP: tl.constexpr, H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr,
                     SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
-                    WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, TAGGED: tl.constexpr = False, tag=0,
-                    t0=0, deadline_ns=0, err_addr=0, rank=0, layer=0, LAUNCH: tl.constexpr = 0,
-                    PHASE: tl.constexpr = 0, HIP: tl.constexpr = False):
+                    WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
     """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
-    live in spart [M, SP, seam_part_width(NBP)] fp32, or (TAGGED) as 64-bit words carrying
-    `tag` that steps C and D poll for (bounded by the deadline: t0 .. PHASE)."""
+    live in spart [M, SP, seam_part_width(NBP)] fp32."""
     row = pid // SP
     sl = pid % SP
     cols = sl * BS + tl.arange(0, BS)
@@ -118,8 +81,6 @@ def split_seam_step(pid, M, nvb, eps,
     rj = tl.arange(0, NBP)
     PW: tl.constexpr = 2 * NBP + 1  # seam_part_width(NBP)
     mine = spart_ptr + (row * SP + sl) * PW
-    words = spart_ptr.to(tl.pointer_type(tl.int64))  # (TAGGED) the same layout in 64-bit words
-    mine_w = words + (row * SP + sl) * PW
     p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
     if STEP == 0:
         if WRITE_BANK or WRITE_RESID:  # p = bf16(prefix + contribution) where it lives from now on
@@ -131,24 +92,13 @@ def split_seam_step(pid, M, nvb, eps,
         v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
         cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
             tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
-        if TAGGED:
-            tl.store(mine_w + rj, _tagged(tl.sum(v * cw[None, :], axis=1), tag))
-            tl.store(mine_w + NBP + rj, _tagged(tl.sum(v * v, axis=1), tag))
-        else:
-            tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
-            tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
+        tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
+        tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
     elif STEP == 1:
         qq = tl.arange(0, SPP)[:, None]
-        if TAGGED:
-            wparts = words + (row * SP + qq) * PW + rj[None, :]
-            dots = tl.sum(_poll_tagged(wparts, (qq < SP) & (rj[None, :] < NBP), tag, t0, deadline_ns, err_addr,
-                                       rank, layer, LAUNCH, PHASE, HIP), axis=0)
-            sqs = tl.sum(_poll_tagged(wparts + NBP, (qq < SP) & (rj[None, :] < NBP), tag, t0, deadline_ns,
-                                      err_addr, rank, layer, LAUNCH, PHASE, HIP), axis=0)
-        else:
-            parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
-            dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-            sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
+        dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
         scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
         e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
         alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
@@ -157,18 +107,11 @@ def split_seam_step(pid, M, nvb, eps,
         if ROUND_MIX:
             mix = mix.to(tl.bfloat16).to(tl.float32)
         tl.store(mix_ptr + row * H + cols, mix, mask=cm)
-        if TAGGED:
-            tl.store(mine_w + 2 * NBP, _tagged(tl.sum(mix * mix, axis=0), tag))
-        else:
-            tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
+        tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
     else:
         qq = tl.arange(0, SPP)
-        if TAGGED:
-            ss = tl.sum(_poll_tagged(words + (row * SP + qq) * PW + 2 * NBP, qq < SP, tag, t0, deadline_ns, err_addr,
-                                     rank, layer, LAUNCH, PHASE, HIP), axis=0)
-        else:
-            ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
-                                cache_modifier=".cg"), axis=0)
+        ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
+                            cache_modifier=".cg"), axis=0)
         rstd = 1.0 / tl.sqrt(ss / H + eps)
         x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
         w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
@@ -183,25 +126,17 @@ def split_seam_persistent(pid, M, nvb, eps,
                           H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
-                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0, TAGGED: tl.constexpr = False,
-                          tag=0):
+                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0):
     """Steps A, C, D with a bounded row-local wait after A and after C (on expiry the
     failure names launch LAUNCH, phase PHASE: runtime.failure's numbering). The caller
-    puts the row counters back to 0 after its next grid barrier. TAGGED: the partials
-    carry `tag` (a value this buffer has never held: the launch's epoch + 1) and steps C
-    and D poll for it instead of the counter; the slice's mix still crosses the program's
-    threads, so a CTA barrier sits between C and D."""
+    puts the row counters back to 0 after its next grid barrier."""
     if pid < M * SP:
         cnt = scnt_ptr + pid // SP
         for step in tl.static_range(_STEPS):
             split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
-                            resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                            step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX,
-                            TAGGED, tag, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, HIP)
-            if TAGGED:
-                if step == 1:
-                    tl.debug_barrier()
-            elif step < _STEPS - 1:
+                             resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+            if step < _STEPS - 1:
                 tl.debug_barrier()
                 tl.atomic_add(cnt, 1, sem="release", scope="gpu")
                 wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)

@@ -144,7 +144,7 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
                 t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr, STG: tl.constexpr = False, tag=0):
+                STEP: tl.constexpr, HIP: tl.constexpr):
     """The seam of phase 1 over SP programs a row (program pid < M * SP: row pid // SP,
     slice pid % SP), through the split seam K1 runs too: a (at TP > 1 this slice's
     rank-order sum of the peers' partials, bf16, into sa) is the contribution added to
@@ -166,11 +166,11 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
         if has_prefix != 0:
             _seam_steps(pid, M, nvb, prefix_ptr, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP, STG, tag)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP)
         else:  # a block write restarted the residual: p = a
             _seam_steps(pid, M, nvb, contrib, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP, STG, tag)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP)
 
 
 @triton.jit
@@ -178,14 +178,14 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
                 h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, HAS_CONTRIB: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr, STG: tl.constexpr = False, tag=0):
+                STEP: tl.constexpr, HIP: tl.constexpr):
     """_seam_split's steps on K2's tensors: p = bf16(prefix (+ contrib)) into p_ptr (the
     split seam's residual row), the bank rows [M, NB, H], h2 out."""
     if PERSISTENT:
         split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                               proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
                               t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
-                              HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1, STG, tag)
+                              HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
     else:
         split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                         proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
@@ -341,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, STG: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -390,10 +390,6 @@ def k2_kernel(
         part1_ptr += (epoch % 2) * SLOT1
         part2_ptr += (epoch % 2) * SLOT2
 
-    stag = 0
-    if STG and PERSISTENT:  # the split seam's partials carry this launch's tag (never 0: the buffer's start)
-        stag = tl.load(sync_ptr + EPOCH) + 1
-
     # -- 0: o_proj --------------------------------------------------------------------
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
@@ -433,7 +429,7 @@ def k2_kernel(
             _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr,
                         prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
-                        PERSISTENT, SEAM_STEP, HIP, STG and PERSISTENT, stag)
+                        PERSISTENT, SEAM_STEP, HIP)
         else:
             rh = tl.arange(0, BH)
             hm = rh < H
