@@ -37,8 +37,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.k2.triton.matmul import (dot_bf16, dot_mxfp4_scaled, first_step_dot, first_step_rows, gemv_bf16,
-                                          gemv_mxfp4)
+from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, route_row, table_expert, table_slot,
                                            user_count, user_rows, write_expert_table)
@@ -196,13 +195,11 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
 @triton.jit
 def _front_rows(h2_ptr, M, w_ptr, s_w, n0, N, out_ptr, rm, H: tl.constexpr, BM: tl.constexpr, BT: tl.constexpr,
                 BK: tl.constexpr, STAGES: tl.constexpr, DENSE_GEMV: tl.constexpr, ROUND: tl.constexpr,
-                OUT_BF16: tl.constexpr, k_lo=0, pre=None):
+                OUT_BF16: tl.constexpr):
     """Rows n0 .. n0 + BT - 1 of one segment of the front (N rows of stride s_w) over h2
-    into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16). k_lo / pre:
-    K from k_lo on, added to pre (PL: the first K step's sums, its weights loaded ahead)."""
-    if pre is None:
-        pre = tl.zeros((BM, BT), tl.float32)
-    acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, pre, BM, BT, BK, STAGES, DENSE_GEMV, k_lo)
+    into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16)."""
+    acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, tl.zeros((BM, BT), tl.float32), BM, BT, BK, STAGES,
+                   DENSE_GEMV)
     rn = n0 + tl.arange(0, BT)
     if OUT_BF16:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
@@ -344,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, PL: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -472,13 +469,6 @@ def k2_kernel(
                     mix = mix.to(tl.bfloat16).to(tl.float32)
                 h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
                 tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
-        if PL and PERSISTENT:  # the first K step of this program's first front tile, loading across the barrier
-            if pid < E // BNR:
-                fw0 = first_step_rows(wr_ptr, s_wr, pid * BNR, E, BNR, BK)
-            elif pid < E // BNR + S2 // BNR:
-                fw0 = first_step_rows(wgu_ptr, s_wgu, (pid - E // BNR) * BNR, S2, BNR, BK)
-            else:
-                fw0 = first_step_rows(wdn_ptr, s_wdn, (pid - E // BNR - S2 // BNR) * BNF, L, BNR, BK)
         if PERSISTENT:
             _barrier(1, 1, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if SEAM_SPLIT:  # every row wait is over (barrier 1): the row counters start again at 0
@@ -502,24 +492,7 @@ def k2_kernel(
             NRT: tl.constexpr = E // BNR
             NST: tl.constexpr = S2 // BNR
             for tile in range(pid, NRT + NST + L // BNF, nprog):
-                if PL:  # (BNF = BNR: launch_args)
-                    k_lo = 0
-                    pre = tl.zeros((BM, BNR), tl.float32)
-                    if tile == pid:
-                        pre = first_step_dot(h2_ptr, H, M, fw0, BM, BK)
-                        k_lo = BK
-                    if tile < NRT:
-                        _front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
-                                    DENSE_GEMV, FRONT_BF16, False, k_lo, pre)
-                        _count_tile(sync_ptr + FRONT_ROUTER)
-                    elif tile < NRT + NST:
-                        _front_rows(h2_ptr, M, wgu_ptr, s_wgu, (tile - NRT) * BNR, S2, gu_ptr, rm, H, BM, BNR, BK,
-                                    STAGES, DENSE_GEMV, FRONT_BF16, False, k_lo, pre)
-                        _count_tile(sync_ptr + FRONT_SHARED)
-                    else:
-                        _front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
-                                    BK, STAGES, DENSE_GEMV, False, True, k_lo, pre)
-                elif tile < NRT:
+                if tile < NRT:
                     _front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
                                 DENSE_GEMV, FRONT_BF16, False)
                     _count_tile(sync_ptr + FRONT_ROUTER)
@@ -767,9 +740,6 @@ def k2_kernel(
             if LSQ and TP == 1:  # the latent norm's sum of squares, this tile's share a row
                 lb = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(lsq_ptr + tile * BM + rm, tl.sum(lb * lb, axis=1), mask=rm < M)
-        if PL and PERSISTENT and TP == 1:  # the first K step of this program's first latent_up tile, likewise
-            uw0 = first_step_rows(wup_ptr, s_wup, pid * BNH, H if BNH == BN else tl.minimum(pid * BNH + BNH, H),
-                                  BN, BK)
         if PERSISTENT:
             _barrier(6, 6 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
@@ -836,16 +806,8 @@ def k2_kernel(
         for tile in range(pid, NHT, nprog):
             n0, nend = _h_tile(tile, H, BN, BNH)
             rn = n0 + tl.arange(0, BN)
-            if PL and TP == 1:
-                acc = tl.zeros((BM, BN), tl.float32)
-                k_lo = 0
-                if tile == pid:
-                    acc = first_step_dot(xn_ptr, L, M, uw0, BM, BK)
-                    k_lo = BK
-                acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, acc, BM, BN, BK, STAGES, DENSE_GEMV, k_lo)
-            else:
-                acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
-                               BM, BN, BK, STAGES, DENSE_GEMV)
+            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
+                           BM, BN, BK, STAGES, DENSE_GEMV)
             msk = _h_mask(rm, M, rn, nend, BN, BNH)
             out = acc.to(tl.bfloat16).to(tl.float32)
             shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)

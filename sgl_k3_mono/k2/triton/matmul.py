@@ -11,15 +11,14 @@ import triton.language as tl
 
 @triton.jit
 def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
-              R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, k_lo=0):
-    """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K] (columns k_lo.. of
-    K); x rows picked by `rows` [R] (masked by `rvalid`): consecutive rows, or the rows that
-    route one expert."""
+              R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K]; x rows picked by
+    `rows` [R] (masked by `rvalid`): consecutive rows, or the rows that route one expert."""
     r3 = rows[:, None, None]
     v3 = rvalid[:, None, None]
     n3 = (n0 + tl.arange(0, BN))[None, :, None]
     part = tl.zeros((R, BN, BK), tl.float32)
-    for k0 in tl.range(k_lo, K, BK, num_stages=STAGES):
+    for k0 in tl.range(0, K, BK, num_stages=STAGES):
         k3 = k0 + tl.arange(0, BK)[None, None, :]
         w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
         x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
@@ -30,41 +29,23 @@ def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
 @triton.jit
 def dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
              BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-             GEMV: tl.constexpr = False, k_lo=0):
-    """acc += x[:M, k_lo:K] @ W[n0:n0+BN, k_lo:K]^T, bf16 weights [N, K] with row stride swn.
+             GEMV: tl.constexpr = False):
+    """acc += x[:M, :K] @ W[n0:n0+BN, :K]^T, bf16 weights [N, K] with row stride swn.
     GEMV: BM is the row count rounded up to a power of two (<= 8), and the products are
     FMAs in the weights' load layout: no padding to 16 rows, no trip through shared
     memory into a tensor-core operand layout."""
     if GEMV:
         rows = tl.arange(0, BM)
-        acc += gemv_bf16(x_ptr, sxm, rows, rows < M, w_ptr, swn, n0, N, K, BM, BN, BK, STAGES, k_lo)
+        acc += gemv_bf16(x_ptr, sxm, rows, rows < M, w_ptr, swn, n0, N, K, BM, BN, BK, STAGES)
     else:
         rm = tl.arange(0, BM)
         rn = n0 + tl.arange(0, BN)
-        for k0 in tl.range(k_lo, K, BK, num_stages=STAGES):
+        for k0 in tl.range(0, K, BK, num_stages=STAGES):
             rk = k0 + tl.arange(0, BK)
             x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
             w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
             acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
     return acc
-
-
-@triton.jit
-def first_step_rows(w_ptr, swn, n0, N, BN: tl.constexpr, BK: tl.constexpr):
-    """[BN, BK] bf16: the first K step of rows n0 .. n0 + BN - 1 of W (zeros past N), loaded
-    ahead of the x it meets (first_step_dot)."""
-    rn = n0 + tl.arange(0, BN)
-    rk = tl.arange(0, BK)
-    return tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=rn[:, None] < N, other=0.0)
-
-
-@triton.jit
-def first_step_dot(x_ptr, sxm, M, w0, BM: tl.constexpr, BK: tl.constexpr):
-    """[BM, BN] fp32: x[:M, :BK] @ w0^T with FMAs (w0 from first_step_rows)."""
-    rm = tl.arange(0, BM)
-    rk = tl.arange(0, BK)
-    x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=rm[:, None] < M, other=0.0).to(tl.float32)
-    return tl.sum(x[:, None, :] * w0.to(tl.float32)[None, :, :], axis=2)
 
 
 @triton.jit
