@@ -429,9 +429,6 @@ class K2Launch:
         if b.get("FR", 0) not in (0, 1):
             raise ValueError(f"K2Launch: FR {b['FR']} is not 0 (a routing phase) or 1 (routing in the front)")
         b["FR"] = int(b.get("FR", 0)) if not self.hip else 0  # measured on sm_90 only
-        if b.get("BSL", 0) not in (0, 50, 100, 200):
-            raise ValueError(f"K2Launch: BSL {b['BSL']} is not 0 (the grid barriers poll back to back) or 50 / 100 / "
-                             "200 (ns a poller sleeps between polls)")
         if b.get("LSQ", 0) not in (0, 1):
             raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
                              "latent's tiles leave their shares)")
@@ -490,7 +487,6 @@ class K2Launch:
             TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            BSL=int(b.get("BSL", 0)) if not self.hip else 0,
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

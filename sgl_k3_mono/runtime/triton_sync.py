@@ -48,24 +48,9 @@ def fail(err_addr, rank, layer, launch_id, phase, waited_ns):
 
 
 @triton.jit
-def _pause(v, NS: tl.constexpr):
-    """Sleep about NS ns (sm_90 nanosleep; its argument is an upper bound) and return v."""
-    if NS == 50:
-        return tl.inline_asm_elementwise("nanosleep.u32 50; mov.b32 $0, $1;", "=r,r", [v], dtype=tl.int32,
-                                         is_pure=False, pack=1)
-    elif NS == 100:
-        return tl.inline_asm_elementwise("nanosleep.u32 100; mov.b32 $0, $1;", "=r,r", [v], dtype=tl.int32,
-                                         is_pure=False, pack=1)
-    else:
-        return tl.inline_asm_elementwise("nanosleep.u32 200; mov.b32 $0, $1;", "=r,r", [v], dtype=tl.int32,
-                                         is_pure=False, pack=1)
-
-
-@triton.jit
 def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, SCOPE: tl.constexpr,
-             HIP: tl.constexpr = False, SLEEP: tl.constexpr = 0):
-    """Spin until *ptr >= target (acquire), bounded by the deadline. SLEEP (50, 100 or 200 ns;
-    0: none; sm_90): a pause between polls, so a grid of pollers asks the word's L2 slice less."""
+             HIP: tl.constexpr = False):
+    """Spin until *ptr >= target (acquire), bounded by the deadline."""
     seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
     while seen < target:
         waited = now_ns(HIP) - t0
@@ -73,8 +58,6 @@ def wait_geq(ptr, target, t0, deadline_ns, err_addr, rank, layer, launch_id, pha
             fail(err_addr, rank, layer, launch_id, phase, waited)
             seen = target
         else:
-            if SLEEP > 0 and not HIP:
-                _pause(seen, SLEEP)
             seen = tl.atomic_add(ptr, 0, sem="acquire", scope=SCOPE)
 
 
@@ -94,12 +77,12 @@ def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, 
 
 @triton.jit
 def grid_barrier(sync_ptr, index, nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
-                 HIP: tl.constexpr = False, SLEEP: tl.constexpr = 0):
-    """Barrier `index` (0, 1, ...) of this launch over all co-resident programs (SLEEP: wait_geq's)."""
+                 HIP: tl.constexpr = False):
+    """Barrier `index` (0, 1, ...) of this launch over all co-resident programs."""
     tl.debug_barrier()
     tl.atomic_add(sync_ptr + ARRIVE, 1, sem="release", scope="gpu")
     wait_geq(sync_ptr + ARRIVE, (index + 1) * nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
-             "gpu", HIP, SLEEP)
+             "gpu", HIP)
     tl.debug_barrier()
 
 

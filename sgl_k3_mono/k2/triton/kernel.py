@@ -111,13 +111,13 @@ def _enter(phase, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr
 
 @triton.jit
 def _barrier(phase, number, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr,
-             HIP: tl.constexpr, TRACE: tl.constexpr, SLEEP: tl.constexpr = 0):
+             HIP: tl.constexpr, TRACE: tl.constexpr):
     """The grid barrier that ends `phase`, the launch's `number`-th (the count every
     program has passed: one less than the phase from the experts on under FR, which has
-    no routing barrier); (TRACE) this program's arrival stamped first; SLEEP: grid_barrier's."""
+    no routing barrier); (TRACE) this program's arrival stamped first."""
     if TRACE:
         tl.store(trace_ptr + tl.program_id(0) * TRACE_SLOTS + TRACE_ARRIVE + phase, now_ns(HIP))
-    grid_barrier(sync_ptr, number, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, phase, HIP, SLEEP)
+    grid_barrier(sync_ptr, number, nprog, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, phase, HIP)
 
 
 @triton.jit
@@ -341,7 +341,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, BSL: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -404,7 +404,7 @@ def k2_kernel(
         if pid == 0:  # routing (phase 3) takes the minimum (row, slot) per expert
             tl.store(owner_ptr + tl.arange(0, BE), 0x7FFFFFFF, mask=tl.arange(0, BE) < E)
         if PERSISTENT:
-            _barrier(0, 0, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(0, 0, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
             _publish(flag_ptr, rank, epoch % 2, tag, pid)
 
@@ -470,7 +470,7 @@ def k2_kernel(
                 h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
                 tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
         if PERSISTENT:
-            _barrier(1, 1, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(1, 1, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if SEAM_SPLIT:  # every row wait is over (barrier 1): the row counters start again at 0
                 if pid == 0:
                     tl.store(scnt_ptr + tl.arange(0, 16), 0, mask=tl.arange(0, 16) < M)
@@ -526,7 +526,7 @@ def k2_kernel(
                     _front_rows(h2_ptr, M, wdn_ptr, s_wdn, n0 - S2 - E, L, xin_ptr, rm, H, BM, BNF, BK, STAGES,
                                 DENSE_GEMV, False, True)
         if PERSISTENT:
-            _barrier(2, 2, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(2, 2, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if FR:  # every helper's wait is over (barrier 2): the counts start again at 0
                 if pid == 0:
                     tl.store(sync_ptr + FRONT_ROUTER + tl.arange(0, 2), 0)
@@ -540,7 +540,7 @@ def k2_kernel(
         for sq in range(pid, M * NSC, nprog):
             _situ_chunk(sq, gu_ptr, sact_ptr, S2, NSC, BETA, LBETA)
         if PERSISTENT:
-            _barrier(3, 3, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(3, 3, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 4: each distinct routed expert's gate/up and SiTU ----------------------------
     if PERSISTENT or PHASE == 4:
@@ -635,7 +635,7 @@ def k2_kernel(
             if pid == nprog - 1:
                 write_expert_table(etab_ptr, ids, keep, first, number, n_e, owner_ptr, TOPK, BM, KB, XR)
         if PERSISTENT:
-            _barrier(4, 4 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(4, 4 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 5: each distinct routed expert's down projection; the shared experts ----------
     if PERSISTENT or PHASE == 5:
@@ -720,7 +720,7 @@ def k2_kernel(
                 _shared_down_tile(item - n_routed + SDUT, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                   BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if PERSISTENT:
-            _barrier(5, 5 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(5, 5 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 6: latent = sum over the row's slots, in top-k order -------------------------
     if PERSISTENT or PHASE == 6:
@@ -741,7 +741,7 @@ def k2_kernel(
                 lb = acc.to(tl.bfloat16).to(tl.float32)
                 tl.store(lsq_ptr + tile * BM + rm, tl.sum(lb * lb, axis=1), mask=rm < M)
         if PERSISTENT:
-            _barrier(6, 6 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+            _barrier(6, 6 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
         if TP > 1:
             _publish(flag_ptr, rank, 2 + epoch % 2, tag, pid)
 
@@ -766,7 +766,7 @@ def k2_kernel(
                         lb = acc.to(tl.bfloat16).to(tl.float32)
                         tl.store(lsq_ptr + tile * BM + rm, tl.sum(lb * lb, axis=1), mask=rm < M)
             if PERSISTENT:
-                _barrier(7, 7 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE, BSL)
+                _barrier(7, 7 - SKIP, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
 
     # -- 8: latent norm, up projection, the residual combine --------------------------
     if PERSISTENT or PHASE == 8:
