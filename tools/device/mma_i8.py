@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from sgl_k3_mono.k2.triton.mma_fp4 import _words as _w4  # the 16 bytes at a thread's pointer as four words
+from sgl_k3_mono.k2.triton.mma_fp4 import row_words  # mma_fp4's thread map of weight and scale rows
 
 I8_SCALE_MIN = 62
 """The smallest ue8m0 scale byte the int8 path takes (S - 1 - EX_LIMIT >= 1: a normal factor)."""
@@ -274,16 +275,7 @@ def mxfp4_i8_tiles(x8_ptr, xq_ptr, G, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     qw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xq0 = qw + kb0 + t * 0
     xq1 = xq0 + tl.minimum(M - 1, 1) * (G // 4)
-    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
-    pb0 = pa0 + 8 * (swn // 4)
-    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
-    pb1 = pa1 + 8 * (swn // 4)
-    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    sa0 = s_words + r0.to(tl.int64) * (ssn // 4) + kb0
-    sb0 = sa0 + 8 * (ssn // 4)
-    sa1 = s_words + r1.to(tl.int64) * (ssn // 4) + kb0
-    sb1 = sa1 + 8 * (ssn // 4)
+    pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1 = row_words(w_ptr, swn, s_ptr, ssn, r0, r1, c, kb0)
     z = tl.zeros((NT,), tl.float32)
     tot = (z, z, z, z, z, z, z, z)
     nf = (t * 0, t * 0)

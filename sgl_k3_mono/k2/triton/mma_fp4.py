@@ -237,6 +237,24 @@ def _scales(ptr, c, L2B: tl.constexpr = 0):
 
 
 @triton.jit
+def row_words(w_ptr, swn, s_ptr, ssn, r0, r1, c, kb0):
+    """Each thread's int32 pointers at k-block kb0: its weight words (16 bytes from its
+    quad slot c) of rows g and g + 8 of tile 0 (pa0 / pb0) and tile 1 (pa1 / pb1), then
+    those rows' scale words (sa0 / sb0 / sa1 / sb1); r0 / r1 are its row g of each tile."""
+    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
+    pb0 = pa0 + 8 * (swn // 4)
+    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
+    pb1 = pa1 + 8 * (swn // 4)
+    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    sa0 = s_words + r0.to(tl.int64) * (ssn // 4) + kb0
+    sb0 = sa0 + 8 * (ssn // 4)
+    sa1 = s_words + r1.to(tl.int64) * (ssn // 4) + kb0
+    sb1 = sa1 + 8 * (ssn // 4)
+    return pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1
+
+
+@triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
                     RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0):
@@ -270,16 +288,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     # is one scale group (byte c of the k-block's scale word)
     x_words = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xq = x_words + tl.minimum(g, M - 1).to(tl.int64) * (sxm // 2) + c * 16 + kb0 * 64
-    w_words = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    pa0 = w_words + r0.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
-    pb0 = pa0 + 8 * (swn // 4)
-    pa1 = w_words + r1.to(tl.int64) * (swn // 4) + c * 4 + kb0 * 16
-    pb1 = pa1 + 8 * (swn // 4)
-    s_words = s_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    sa0 = s_words + r0.to(tl.int64) * (ssn // 4) + kb0
-    sb0 = sa0 + 8 * (ssn // 4)
-    sa1 = s_words + r1.to(tl.int64) * (ssn // 4) + kb0
-    sb1 = sa1 + 8 * (ssn // 4)
+    pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1 = row_words(w_ptr, swn, s_ptr, ssn, r0, r1, c, kb0)
     # two accumulator chains a tile (even and odd words): an mma waits for the one before
     # it on the same accumulator
     c0 = tl.zeros((NT,), tl.float32)
