@@ -18,7 +18,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.triton_sync import wait_geq
+from sgl_k3_mono.runtime.triton_sync import now_ns, wait_geq
 
 SLICES = (256, 512)
 """The split seam's slice widths, narrowest first."""
@@ -126,18 +126,28 @@ def split_seam_persistent(pid, M, nvb, eps,
                           H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
-                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0):
+                          LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0, trace_row=None,
+                          TRACE_AT: tl.constexpr = 0):
     """Steps A, C, D with a bounded row-local wait after A and after C (on expiry the
     failure names launch LAUNCH, phase PHASE: runtime.failure's numbering). The caller
-    puts the row counters back to 0 after its next grid barrier."""
+    puts the row counters back to 0 after its next grid barrier. TRACE_AT > 0: the
+    program's timer into trace_row (its int64 row of the caller's trace) at the seam's
+    start (slot TRACE_AT), after step A and after its wait (+1, +2), after step C and
+    after its wait (+3, +4), so a trace says which of the chain's links takes the time."""
     if pid < M * SP:
         cnt = scnt_ptr + pid // SP
+        if TRACE_AT > 0:
+            tl.store(trace_row + TRACE_AT, now_ns(HIP))
         for step in tl.static_range(_STEPS):
             split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
                              resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                              step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
             if step < _STEPS - 1:
                 tl.debug_barrier()
+                if TRACE_AT > 0:
+                    tl.store(trace_row + TRACE_AT + 2 * step + 1, now_ns(HIP))
                 tl.atomic_add(cnt, 1, sem="release", scope="gpu")
                 wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
                 tl.debug_barrier()
+                if TRACE_AT > 0:
+                    tl.store(trace_row + TRACE_AT + 2 * step + 2, now_ns(HIP))

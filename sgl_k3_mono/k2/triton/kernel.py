@@ -53,6 +53,9 @@ its arrival at the grid barrier that ends the phase (its own work done: the barr
 wait is what lies between that and the next entry)."""
 TRACE_EXIT = tl.constexpr(len(PHASES))
 TRACE_ARRIVE = tl.constexpr(16)
+TRACE_SEAM = tl.constexpr(10)
+"""From this slot, five stamps inside the split seam (triton_seam.split_seam_persistent's
+TRACE_AT): its start, step A done, A's row wait done, step C done, C's wait done."""
 LAUNCH_ID = tl.constexpr(1)  # runtime.failure.LAUNCHES.index("k2")
 # K2's words of its sync buffer past triton_sync's (host.K2_SYNC_WORDS in all): FR's counts
 # of the router's and the shared gate/up's front tiles stored this launch
@@ -144,7 +147,7 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
                 t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr):
+                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False):
     """The seam of phase 1 over SP programs a row (program pid < M * SP: row pid // SP,
     slice pid % SP), through the split seam K1 runs too: a (at TP > 1 this slice's
     rank-order sum of the peers' partials, bf16, into sa) is the contribution added to
@@ -166,11 +169,11 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
         if has_prefix != 0:
             _seam_steps(pid, M, nvb, prefix_ptr, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP, trace_ptr, TRACE)
         else:  # a block write restarted the residual: p = a
             _seam_steps(pid, M, nvb, contrib, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP, trace_ptr, TRACE)
 
 
 @triton.jit
@@ -178,14 +181,16 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
                 h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, HAS_CONTRIB: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr):
+                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False):
     """_seam_split's steps on K2's tensors: p = bf16(prefix (+ contrib)) into p_ptr (the
-    split seam's residual row), the bank rows [M, NB, H], h2 out."""
+    split seam's residual row), the bank rows [M, NB, H], h2 out. TRACE: the seam's
+    links stamped from slot TRACE_SEAM of the program's trace row."""
     if PERSISTENT:
         split_seam_persistent(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                               proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
                               t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
-                              HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1)
+                              HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1,
+                              trace_ptr + tl.program_id(0) * TRACE_SLOTS, TRACE_SEAM if TRACE else 0)
     else:
         split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                         proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
@@ -429,7 +434,7 @@ def k2_kernel(
             _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr,
                         prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
-                        PERSISTENT, SEAM_STEP, HIP)
+                        PERSISTENT, SEAM_STEP, HIP, trace_ptr, TRACE)
         else:
             rh = tl.arange(0, BH)
             hm = rh < H
