@@ -57,12 +57,15 @@ def seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm
 
 
 @triton.jit
-def split_mixed_rows(bank_row, s_bj, p_row, nvb, cols, cm, NBP: tl.constexpr):
-    """[NBP, BS] fp32: slice `cols` of bank rows 0..nvb-1, then p (row nvb), zero past it."""
+def split_mixed_rows(bank_row, s_bj, p_row, nvb, cols, cm, NBP: tl.constexpr, WITH_P: tl.constexpr = True):
+    """[NBP, BS] fp32: slice `cols` of bank rows 0..nvb-1, then p (row nvb; zero without
+    WITH_P, for a caller that holds p), zero past it."""
     rj = tl.arange(0, NBP)[:, None]
     v = tl.load(bank_row + rj * s_bj + cols[None, :], mask=(rj < nvb) & cm[None, :], other=0.0).to(tl.float32)
-    vp = tl.load(p_row + cols, mask=cm, other=0.0).to(tl.float32)
-    return tl.where(rj == nvb, vp[None, :], v)
+    if WITH_P:
+        vp = tl.load(p_row + cols, mask=cm, other=0.0).to(tl.float32)
+        v = tl.where(rj == nvb, vp[None, :], v)
+    return v
 
 
 @triton.jit
@@ -82,27 +85,34 @@ def split_seam_step(pid, M, nvb, eps,
     PW: tl.constexpr = 2 * NBP + 1  # seam_part_width(NBP)
     mine = spart_ptr + (row * SP + sl) * PW
     p_row = seam_p_row(row, nvb, prefix_ptr, s_pm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm, WRITE_BANK, WRITE_RESID)
+    # Each step issues all of its loads before its first reduction: a reduction is a CTA
+    # barrier, which no load moves across, so a load written after one waits a round trip.
     if STEP == 0:
+        cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
+            tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
         if WRITE_BANK or WRITE_RESID:  # p = bf16(prefix + contribution) where it lives from now on
+            v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP, False)
             p = tl.load(prefix_ptr + row * s_pm + cols, mask=cm, other=0.0).to(tl.float32)
             if HAS_CONTRIB:
                 p += tl.load(contrib_ptr + row * s_cm + cols, mask=cm, other=0.0).to(tl.float32)
-            tl.store(p_row + cols, p.to(tl.bfloat16), mask=cm)
-            tl.debug_barrier()
-        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
-        cw = tl.load(wsn_ptr + cols, mask=cm, other=0.0).to(tl.float32) * \
-            tl.load(wproj_ptr + cols, mask=cm, other=0.0).to(tl.float32)
+            p = p.to(tl.bfloat16)
+            tl.store(p_row + cols, p, mask=cm)
+            v = tl.where(rj[:, None] == nvb, p.to(tl.float32)[None, :], v)
+        else:
+            v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
         tl.store(mine + rj, tl.sum(v * cw[None, :], axis=1))
         tl.store(mine + NBP + rj, tl.sum(v * v, axis=1))
     elif STEP == 1:
         qq = tl.arange(0, SPP)[:, None]
         parts = spart_ptr + (row * SP + qq) * PW + rj[None, :]
-        dots = tl.sum(tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
-        sqs = tl.sum(tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg"), axis=0)
+        pdots = tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg")
+        psqs = tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg")
+        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
+        dots = tl.sum(pdots, axis=0)
+        sqs = tl.sum(psqs, axis=0)
         scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
         e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
         alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
-        v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
         mix = tl.sum(alpha[:, None] * v, axis=0)
         if ROUND_MIX:
             mix = mix.to(tl.bfloat16).to(tl.float32)
@@ -110,11 +120,11 @@ def split_seam_step(pid, M, nvb, eps,
         tl.store(mine + 2 * NBP, tl.sum(mix * mix, axis=0))
     else:
         qq = tl.arange(0, SPP)
+        x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
+        w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
         ss = tl.sum(tl.load(spart_ptr + (row * SP + qq) * PW + 2 * NBP, mask=qq < SP, other=0.0,
                             cache_modifier=".cg"), axis=0)
         rstd = 1.0 / tl.sqrt(ss / H + eps)
-        x = tl.load(mix_ptr + row * H + cols, mask=cm, other=0.0)
-        w = tl.load(won_ptr + cols, mask=cm, other=0.0).to(tl.float32)
         tl.store(h_ptr + row * H + cols, (x * rstd * w).to(tl.bfloat16), mask=cm)
 
 
