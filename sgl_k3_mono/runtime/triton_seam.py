@@ -74,7 +74,7 @@ def split_seam_step(pid, M, nvb, eps,
                     wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                     STEP: tl.constexpr, H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr,
                     SP: tl.constexpr, SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
-                    WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, trace_row=None, TRACE_AT: tl.constexpr = 0):
+                    WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr):
     """Step A (0), C (1) or D (2) of the split seam for program pid < M * SP. Partials
     live in spart [M, SP, seam_part_width(NBP)] fp32."""
     row = pid // SP
@@ -108,25 +108,12 @@ def split_seam_step(pid, M, nvb, eps,
         pdots = tl.load(parts, mask=qq < SP, other=0.0, cache_modifier=".cg")
         psqs = tl.load(parts + NBP, mask=qq < SP, other=0.0, cache_modifier=".cg")
         v = split_mixed_rows(bank_ptr + row * s_bm, s_bj, p_row, nvb, cols, cm, NBP)
-        if TRACE_AT > 0:
-            tl.store(trace_row + TRACE_AT + 21 + 0 * cols, tl.sum(v, axis=0).to(tl.int64), mask=cols < 0)
-            tl.debug_barrier()
-            tl.store(trace_row + TRACE_AT + 15, now_ns())
         dots = tl.sum(pdots, axis=0)
         sqs = tl.sum(psqs, axis=0)
         scores = tl.where(rj <= nvb, dots / tl.sqrt(sqs / H + eps), float("-inf"))
-        if TRACE_AT > 0:
-            tl.debug_barrier()
-            tl.store(trace_row + TRACE_AT + 16, now_ns())
         e = tl.where(rj <= nvb, tl.exp(scores - tl.max(scores, axis=0)), 0.0)
         alpha = e / tl.sum(e, axis=0)  # nvb == 0: the mix is p itself
-        if TRACE_AT > 0:
-            tl.debug_barrier()
-            tl.store(trace_row + TRACE_AT + 17, now_ns())
         mix = tl.sum(alpha[:, None] * v, axis=0)
-        if TRACE_AT > 0:
-            tl.debug_barrier()
-            tl.store(trace_row + TRACE_AT + 18, now_ns())
         if ROUND_MIX:
             mix = mix.to(tl.bfloat16).to(tl.float32)
         tl.store(mix_ptr + row * H + cols, mix, mask=cm)
@@ -164,8 +151,7 @@ def split_seam_persistent(pid, M, nvb, eps,
         for step in tl.static_range(_STEPS):
             split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
                              resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX,
-                             trace_row, TRACE_AT)
+                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
             if step < _STEPS - 1:
                 tl.debug_barrier()
                 if TRACE_AT > 0:
