@@ -484,7 +484,8 @@ class K2Launch:
             XL2=b.get("XL2", 0) if b["MMA"] else 0, XDB=int(b.get("XDB", 0)),
             XL2B=b.get("XL2B", 0) if b["MMA"] else 0, XL2BD=b.get("XL2BD", 0) if b["MMA"] else 0,
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
-            TRACE=self.trace is not None, SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
+            TRACE=self.trace is not None, SPASS=int(b.get("SPASS", 1)) if bs > 0 else 1,
+            SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
         )

@@ -129,6 +129,35 @@ def split_seam_step(pid, M, nvb, eps,
 
 
 @triton.jit
+def _seam_pass(it, pid, M, nvb, eps, cnt,
+               prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
+               wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+               t0, deadline_ns, err_addr, rank, layer,
+               H: tl.constexpr, NBP: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
+               SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
+               WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
+               LAUNCH: tl.constexpr, PHASE: tl.constexpr, trace_row, TRACE_AT: tl.constexpr):
+    """Pass `it` (0, ...) of the three steps: its row waits count on from the passes before,
+    its stamps sit 15 slots on a pass."""
+    if TRACE_AT > 0:
+        tl.store(trace_row + TRACE_AT + 15 * it, now_ns(HIP))
+    for step in tl.static_range(_STEPS):
+        split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
+                        resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                        step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
+        if step < _STEPS - 1:
+            tl.debug_barrier()
+            if TRACE_AT > 0:
+                tl.store(trace_row + TRACE_AT + 15 * it + 2 * step + 1, now_ns(HIP))
+            tl.atomic_add(cnt, 1, sem="release", scope="gpu")
+            wait_geq(cnt, ((_STEPS - 1) * it + step + 1) * SP, t0, deadline_ns, err_addr, rank, layer,
+                     LAUNCH, PHASE, "gpu", HIP)
+            tl.debug_barrier()
+            if TRACE_AT > 0:
+                tl.store(trace_row + TRACE_AT + 15 * it + 2 * step + 2, now_ns(HIP))
+
+
+@triton.jit
 def split_seam_persistent(pid, M, nvb, eps,
                           prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
                           wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr, scnt_ptr,
@@ -137,27 +166,28 @@ def split_seam_persistent(pid, M, nvb, eps,
                           SPP: tl.constexpr, HAS_CONTRIB: tl.constexpr, WRITE_BANK: tl.constexpr,
                           WRITE_RESID: tl.constexpr, ROUND_MIX: tl.constexpr, HIP: tl.constexpr,
                           LAUNCH: tl.constexpr = 0, PHASE: tl.constexpr = 0, trace_row=None,
-                          TRACE_AT: tl.constexpr = 0):
+                          TRACE_AT: tl.constexpr = 0, PASSES: tl.constexpr = 1):
     """Steps A, C, D with a bounded row-local wait after A and after C (on expiry the
     failure names launch LAUNCH, phase PHASE: runtime.failure's numbering). The caller
     puts the row counters back to 0 after its next grid barrier. TRACE_AT > 0: the
     program's timer into trace_row (its int64 row of the caller's trace) at the seam's
     start (slot TRACE_AT), after step A and after its wait (+1, +2), after step C and
-    after its wait (+3, +4), so a trace says which of the chain's links takes the time."""
+    after its wait (+3, +4), so a trace says which of the chain's links takes the time.
+    PASSES 2 (a probe, K2's SPASS): the same code runs the seam twice over, a loop of two
+    trips, so the second pass runs with its code fetched and its rows in L1 (the same values
+    written again: the same bits); its stamps from TRACE_AT + 15."""
+    tl.static_assert(PASSES == 1 or PASSES == 2)
     if pid < M * SP:
         cnt = scnt_ptr + pid // SP
-        if TRACE_AT > 0:
-            tl.store(trace_row + TRACE_AT, now_ns(HIP))
-        for step in tl.static_range(_STEPS):
-            split_seam_step(pid, M, nvb, eps, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
-                             resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                             step, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK, WRITE_RESID, ROUND_MIX)
-            if step < _STEPS - 1:
-                tl.debug_barrier()
-                if TRACE_AT > 0:
-                    tl.store(trace_row + TRACE_AT + 2 * step + 1, now_ns(HIP))
-                tl.atomic_add(cnt, 1, sem="release", scope="gpu")
-                wait_geq(cnt, (step + 1) * SP, t0, deadline_ns, err_addr, rank, layer, LAUNCH, PHASE, "gpu", HIP)
-                tl.debug_barrier()
-                if TRACE_AT > 0:
-                    tl.store(trace_row + TRACE_AT + 2 * step + 2, now_ns(HIP))
+        if PASSES == 1:
+            _seam_pass(0, pid, M, nvb, eps, cnt, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
+                       resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                       t0, deadline_ns, err_addr, rank, layer, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK,
+                       WRITE_RESID, ROUND_MIX, HIP, LAUNCH, PHASE, trace_row, TRACE_AT)
+        else:
+            # (M >= 1) a trip count the compiler cannot unroll: one copy of the code runs twice
+            for it in range(0, PASSES + tl.minimum(M, 0)):
+                _seam_pass(it, pid, M, nvb, eps, cnt, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm,
+                           s_bj, resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
+                           t0, deadline_ns, err_addr, rank, layer, H, NBP, BS, SP, SPP, HAS_CONTRIB,
+                           WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP, LAUNCH, PHASE, trace_row, TRACE_AT)

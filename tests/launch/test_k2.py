@@ -272,6 +272,26 @@ def test_k2_gpu_expert_options_against_the_default_launch():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", (1, 8))
+def test_k2_gpu_seam_run_twice_is_bitwise_the_default(rows):
+    """SPASS 2 (a probe: the split seam's code runs twice in one launch, so its second pass
+    shows what a pass costs with its code fetched; tools/device/seam_probe.py) writes the
+    same values again: bitwise the default launch, real TP-8 rank shapes, MXFP4."""
+    import torch
+    from k2_cases import case_dims, run_case
+
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    base = Case("kimi-k3-tp8-rank", rows, "mxfp4", "sm_90", nvb=4, seed=41, tiles="")
+    w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
+    ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
+    got = run_case(dataclasses.replace(base, tiles="SPASS=2"), "cuda", phase=None, weights=w, keep_out=True)
+    apart = int((got["out"] != ref["out"]).sum())
+    print(f"\nK2SPASS M={rows}: {apart} of {ref['out'].numel()} apart, routing_equal={got['routing_equal']}")
+    assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", (1, 8))
 def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
     """mma_fp4's shared-memory ring (XRS / XRSD) feeds the same mmas in the same order as
     the plain register loop, so the launch's output is bitwise the plain one's (real TP-8

@@ -147,7 +147,8 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
                 t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False):
+                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
+                SPASS: tl.constexpr = 1):
     """The seam of phase 1 over SP programs a row (program pid < M * SP: row pid // SP,
     slice pid % SP), through the split seam K1 runs too: a (at TP > 1 this slice's
     rank-order sum of the peers' partials, bf16, into sa) is the contribution added to
@@ -169,11 +170,11 @@ def _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch,
         if has_prefix != 0:
             _seam_steps(pid, M, nvb, prefix_ptr, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP, trace_ptr, TRACE)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, True, PERSISTENT, STEP, HIP, trace_ptr, TRACE, SPASS)
         else:  # a block write restarted the residual: p = a
             _seam_steps(pid, M, nvb, contrib, contrib, bank_ptr, NB, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
                         h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
-                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP, trace_ptr, TRACE)
+                        H, NBB, BS, SP, SPP, EPS, MIX_BF16, False, PERSISTENT, STEP, HIP, trace_ptr, TRACE, SPASS)
 
 
 @triton.jit
@@ -181,7 +182,8 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
                 h2_ptr, smix_ptr, spart_ptr, scnt_ptr, t0, deadline_ns, err_addr, rank, layer,
                 H: tl.constexpr, NBB: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, SPP: tl.constexpr,
                 EPS: tl.constexpr, MIX_BF16: tl.constexpr, HAS_CONTRIB: tl.constexpr, PERSISTENT: tl.constexpr,
-                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False):
+                STEP: tl.constexpr, HIP: tl.constexpr, trace_ptr=None, TRACE: tl.constexpr = False,
+                SPASS: tl.constexpr = 1):
     """_seam_split's steps on K2's tensors: p = bf16(prefix (+ contrib)) into p_ptr (the
     split seam's residual row), the bank rows [M, NB, H], h2 out. TRACE: the seam's
     links stamped from slot TRACE_SEAM of the program's trace row."""
@@ -190,7 +192,7 @@ def _seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_
                               proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr, scnt_ptr,
                               t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP,
                               HAS_CONTRIB, False, True, MIX_BF16, HIP, LAUNCH_ID, 1,
-                              trace_ptr + tl.program_id(0) * TRACE_SLOTS, TRACE_SEAM if TRACE else 0)
+                              trace_ptr + tl.program_id(0) * TRACE_SLOTS, TRACE_SEAM if TRACE else 0, SPASS)
     else:
         split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                         proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
@@ -339,8 +341,8 @@ def k2_kernel(
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
-    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, PF: tl.constexpr = 0, BNF: tl.constexpr = 64,
-    BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
+    KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, SPASS: tl.constexpr = 1, PF: tl.constexpr = 0,
+    BNF: tl.constexpr = 64, BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0, XL2: tl.constexpr = 0,
     XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
@@ -434,7 +436,7 @@ def k2_kernel(
             _seam_split(pid, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, sa_ptr,
                         prefix_ptr, bank_ptr, p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
-                        PERSISTENT, SEAM_STEP, HIP, trace_ptr, TRACE)
+                        PERSISTENT, SEAM_STEP, HIP, trace_ptr, TRACE, SPASS)
         else:
             rh = tl.arange(0, BH)
             hm = rh < H
