@@ -89,6 +89,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
     MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
     rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
+    SPASS (2; a probe, off): the split seam runs twice in one launch, one copy of its code
+    (triton_seam.split_seam_persistent's PASSES), so a trace shows a pass with its code
+    fetched (tools/device/seam_probe.py; the same bits).
     launch_args shrinks tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
