@@ -28,15 +28,17 @@ case "${1:-}" in
   one-gpu)  # (OMP threads a process, so the host references do not oversubscribe the 16 cores)
     OMP_NUM_THREADS=2 t k2-small 450 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 450 tests/launch/test_k2.py -k "gpu_real" &
-    OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
-      -k "gpu and not gpu_small and not gpu_real" &
+    OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
+    OMP_NUM_THREADS=2 t k2-rest2 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
+      -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring" &
     OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
     wait ;;
   k2-one-gpu)  # one-gpu's K2 groups alone (when K1's code has not changed since its tests last passed)
     OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
-    OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
-      -k "gpu and not gpu_small and not gpu_real" &
+    OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
+    OMP_NUM_THREADS=2 t k2-rest2 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
+      -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring" &
     wait ;;
   *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu|k2-one-gpu" >&2; exit 2 ;;
 esac
