@@ -179,15 +179,9 @@ def split_seam_persistent(pid, M, nvb, eps,
     tl.static_assert(PASSES == 1 or PASSES == 2)
     if pid < M * SP:
         cnt = scnt_ptr + pid // SP
-        if PASSES == 1:
-            _seam_pass(0, pid, M, nvb, eps, cnt, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
+        # with two passes a trip count the compiler cannot unroll (M >= 1): one copy of the code runs twice
+        for it in range(0, PASSES + (tl.minimum(M, 0) if PASSES > 1 else 0)):
+            _seam_pass(it, pid, M, nvb, eps, cnt, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj,
                        resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
                        t0, deadline_ns, err_addr, rank, layer, H, NBP, BS, SP, SPP, HAS_CONTRIB, WRITE_BANK,
                        WRITE_RESID, ROUND_MIX, HIP, LAUNCH, PHASE, trace_row, TRACE_AT)
-        else:
-            # (M >= 1) a trip count the compiler cannot unroll: one copy of the code runs twice
-            for it in range(0, PASSES + tl.minimum(M, 0)):
-                _seam_pass(it, pid, M, nvb, eps, cnt, prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm,
-                           s_bj, resid_ptr, s_rm, wproj_ptr, wsn_ptr, won_ptr, h_ptr, mix_ptr, spart_ptr,
-                           t0, deadline_ns, err_addr, rank, layer, H, NBP, BS, SP, SPP, HAS_CONTRIB,
-                           WRITE_BANK, WRITE_RESID, ROUND_MIX, HIP, LAUNCH, PHASE, trace_row, TRACE_AT)
