@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from sgl_k3_mono.k2.options import check_overrides
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.k2.tiles import (_next_pow2, _pow2_divisor, _prefetch_bytes, default_tiles, fit_tiles,
                                   front_helpers, k2_tiles, norm_chunk, resolve_ksx, sdu_fits, situ_chunks)
@@ -383,7 +384,9 @@ class K2Launch:
         """Switch tiles: DENSE_GEMV / EXPERT_GEMV / XU / num_warps / MMA pick k2_tiles' sizes
         for this plan's rows, then the other keys override single entries (the benchmark's
         sweeps). An empty override is the launch's defaults (default_tiles' choices are
-        k2_tiles' sizes)."""
+        k2_tiles' sizes). Keys no option has, or that the launch derives, are refused
+        (options.check_overrides)."""
+        check_overrides(over)
         cur = self.block
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),

@@ -7,6 +7,8 @@ Plain integers and dicts: no torch, no device. host.K2Launch applies them.
 
 from __future__ import annotations
 
+from sgl_k3_mono.k2.options import check_overrides
+
 L2_PREFETCH_SIZES = (0, 128, 256)  # the prefetch-size hints mma_fp4 writes out (0: none)
 
 
@@ -28,71 +30,17 @@ def _pow2_floor(n: int) -> int:
 
 def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0,
              mma: bool = False) -> dict:
-    """Tile sizes for one launch. Dense phases (o_proj, front, shared down, latent up):
-    tensor cores with rows padded to 16 and [64 outputs, 256 K] weight tiles, or GEMV
-    (rows rounded up to a power of two, products as FMAs in the weights' load layout, no
-    detour through shared memory). Expert phases: the same choice, made separately; on
-    the tensor cores MXFP4 experts go through tl.dot_scaled (matmul.dot_mxfp4_scaled),
-    BKX / BKD counting K elements a step. GEMV product tiles [rows, N tile, K chunk] are
-    sized to about 32 fp32 registers a thread, and the expert down tile narrows as rows
-    grow so its K chunk stays >= 32 MXFP4 bytes. `user_rows` (XU, GEMV experts only):
-    each expert computes only the rows that route it, that many at a time, instead of
-    every row (0: every row). `mma` (MMA, MXFP4 on sm_90): the experts through mma_fp4,
-    each warp two 16-row tiles (gate and up rows of one I tile: BI = 16 x warps; two L
-    tiles: BL = 32 x warps), KUX / KUD 128-code k-blocks a loop step, KSX warp groups
-    splitting experts_up's K (BI = 16 x warps / KSX; summed through shared memory; more
-    items where few experts are routed: 48 for 132 SMs at M 1 with KSX 1; -1, the default
-    at 1 and 4 rows: ksx_choice's split, resolve_ksx), XPD (1; 2 an option, 0 the plain
-    loop) experts_up's k-blocks loaded that many steps ahead of their mmas in registers
-    (mma_fp4.mxfp4_mma_tiles' PD; one k-block a step), XPDD the same for experts_down (0: its K is 3 k-blocks at a TP-8
-    rank, and the unrolled ring of XPD 1 issues 6 loads and 4 mmas for them), XL2 (an
-    option, 0 off) each expert item's weight rows asked of L2 whole as it starts (1), and the
-    program's next item's too (2). SEAM_SPLIT (1): the seam over several programs a row
-    (runtime/triton_seam.py), where the rows' slices fit the grid. SDU: the shared
-    experts' down tiles run in experts_up, on the programs the routed items leave idle (48
-    routed items for 132 programs at M 1), not in experts_down (the same arithmetic, so the
-    same bits): 1 after the routed items round the grid (so a program that ran one may run
-    tiles after it), 2 dealt over the idle programs only; -1 (the default) is sdu_fits'
-    choice (2 or 0), 0 / 1 / 2 force it. SDUQ (16, all of them; 1..16): with SDU on, that
-    many sixteenths of the shared down's tiles run in experts_up, the rest in experts_down
-    (each tile the same arithmetic wherever it runs, so the same bits).
-    XRS / XRSD (2..4; 0: the register loop): experts_up's / experts_down's weights and
-    scales stream through mma_fp4's cp.async ring of that many stages in shared memory
-    (the same arithmetic, so the same bits; both 2 at 2 rows, else 0). CARVE
-    (1 on the mma path; 0 an option): the compiled launch's shared-memory carveout is
-    fitted to its block (runtime/triton_smem.fit_carveout), so L1 keeps the rest of the SM
-    where Triton would ask for the largest shared part. With mma the tensor-core dense
-    phases step BK 256 at every row count (default_tiles says what was measured). BKN:
-    latent_up's RMSNorm chunk (unset: norm_chunk's). BNO / BKO (0: latent_up's tile sets
-    both; 64 / 128 with mma, default_tiles says what was measured): o_proj's own register
-    tile and K step (at 1 row latent_up's 16-row GEMV tiles are 3-4 a program of 3 K steps
-    each, each restarting the load pipeline; a 64-row tile is one a program, one K loop).
-    STAGES: the dense K loops' cp.async stages, 4 with mma, else 3 (default_tiles says what was measured). XL2B /
-    XL2BD (0 none; 128 or 256): experts_up's / experts_down's mma_fp4 weight and scale
-    loads (or ring copies) carry that prefetch-size hint, so a load that misses L2 brings
-    the aligned segment around it in from HBM, the row's next k-blocks with it (the same bytes, so the same bits). XET
-    (0 / 1; mma_fp4 only): experts_down reads each item's expert and its rows' slots from a
-    table experts_up's last program writes (routing.write_expert_table), instead of a
-    CTA-wide sum an item and a scan of the rows' slots (the same items, so the same bits);
-    2: and loads the program's next item's expert while this one runs. XDB (an option, 0
-    off; no gain in the twentieth session): experts_down's items dealt to each program as
-    one run of consecutive items (an expert's L tiles, over the same x rows) instead of
-    every nprog-th (the same items, so the same bits). FR (0 / 1; sm_90): the routing and
-    the shared experts' SiTU run inside the front, on the helper programs whose own front
-    tiles end first (front_helpers), each once the tiles it reads are counted stored,
-    so no routing phase and no barrier of its own; the router's and the shared gate/up's
-    tiles are then BNR rows (half BNF on the tensor cores, BNF as GEMVs), dealt first.
-    LSQ (0 / 1; sm_90; 1 from 2 rows): combine (TP 1) or the reduce (TP > 1) leaves each
-    latent tile's share of its rows' sum of squares, so latent_up's norm sums those
-    shares (one fixed order, the same on every program and rank) instead of a pass over
-    the latent, a chain of L2 round trips; the squares are summed in another order, so
-    the norm may differ from LSQ 0's in the last bits. Measured (twenty-fifth session,
-    MXFP4, a TP-8 rank): latent_up 22.5 / 24.6 / 25.9 -> 19.7 / 21.5 / 22.5 us at 2 / 4 / 8
-    rows; at 1 row the pass is one chunk and the shares' load cost 1 us more, so 0 there.
-    SPASS (2; a probe, off): the split seam runs twice in one launch, one copy of its code
-    (triton_seam.split_seam_persistent's PASSES), so a trace shows a pass with its code
-    fetched (tools/device/seam_probe.py; the same bits).
-    launch_args shrinks tiles that a small model cannot fill."""
+    """The block for one launch of `rows` rows: its tile sizes and options (each key's
+    meaning: options.TILE_OPTIONS). Dense phases (o_proj, front, shared down, latent_up):
+    tensor cores with [64 outputs, 256 K] weight tiles, or GEMVs (`dense_gemv`). Expert
+    phases: the same choice made separately (`expert_gemv`), or, with `mma` (MXFP4 on
+    sm_90), mma_fp4's tiles: each warp two 16-row tiles (BI = 16 x warps, BL = 32 x warps).
+    GEMV product tiles [rows, N tile, K chunk] are sized to about 32 fp32 registers a
+    thread, and the expert down tile narrows as rows grow so its K chunk stays at least 32
+    MXFP4 bytes. `user_rows`: XU (GEMV experts only). The row-count choices inside the
+    mma branch are default_tiles' measurements, kept here so that a sweep's one-key
+    override (K2Launch.set_block) keeps the rest of the default. launch_args shrinks
+    tiles that a small model cannot fill."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
@@ -125,98 +73,31 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
 
 
 def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
-    """Per-M choice from the H200 sweeps (docs/evidence/k2-sm90.md, a TP-8 rank's shapes,
-    the whole launch timed): 1 row: GEMV dense phases, 8 warps; 2 rows and more:
-    tensor-core dense phases. MXFP4 experts through mma_fp4 where the plan allows it
-    (`mma`: K2Plan.mma_experts), with 8 warps at every M; otherwise GEMV experts at 1 row
-    and tensor-core experts from 2, 8 warps for bf16 at 2 rows (234 us against 251 with
-    4), else 4 (MXFP4 through tl.dot_scaled, which loses 2x with 8). experts_up's K split
-    (KSX) was faster in the tenth session's sweep (MXFP4, a TP-8 rank: 134 us against 146
-    at 1 row with KSX 2, 154 against 161 at 2 rows with 4, 205 against 222 at 4 rows with
-    2, 301 against 314 at 8 rows with 2 and 16 warps), but the 16-step real MXFP4 forward
-    with it left its KL bound once, so it stayed off until the nineteenth session (below)
-    ran that forward over three seeds (docs/evidence/k2-sm90.md). The mma
-    experts load each k-block one step ahead (XPD 1 in both expert phases: 142 / 155 /
-    206 / 289 us against 150 / 161 / 220 / 311 at 1 / 2 / 4 / 8 rows, twelfth session;
-    the same arithmetic, so the same bits), now in experts_up only: with it in experts_down
-    too (XPDD 1) the launch took 142.8 / 153.6 / 203.7 / 282.6 us against 139.6 / 149.3 /
-    195.6 / 274.1 (fourteenth session, one call). Four pipeline stages (STAGES 4) measured 0.8-4.5 %
-    faster with bf16 experts on the H200's Triton 3.6, but a newer Triton lays the same
-    build out in 240 KB of shared memory, over the SM's 227 KB, so 3 stays.
+    """The block a launch of `rows` rows runs unless told otherwise: what the H200 sweeps
+    chose (MXFP4 experts, a TP-8 rank's shapes, the whole launch timed). Each choice names
+    the session whose section of docs/evidence/k2-sm90.md measured it against its
+    runners-up.
 
-    Fifteenth session, the same build timed in one call each (MXFP4, a TP-8 rank, us at
-    1 / 2 / 4 / 8 rows; docs/evidence/k2-sm90.md): at 2 rows the experts stream through
-    mma_fp4's shared-memory ring (XRS 2 / XRSD 2: 133.7 / 178.4 / 247.0 at 2 / 4 / 8 rows
-    against 146.0 / 193.9 / 273.1); from 3 rows the tensor-core dense phases step 128 of K
-    (BK 128: 144.3 / 179.0 / 237.6), and not both (256.5 at 8 rows). At 1 row neither
-    (136.0 with the ring, 134.1 without).
+    MXFP4 through mma_fp4 (`mma`: K2Plan.mma_experts), 8 warps at every row count: GEMV
+    dense phases at 1 row, tensor-core ones from 2 (BK 256: 18th, 19th; four cp.async
+    stages: 27th); o_proj its own 64-row tile stepping 128 of K (BNO / BKO: 27th at 1 row,
+    28th from 2); experts_up's k-blocks a step ahead in registers (XPD 1: 12th; in
+    experts_down too it lost, 14th); experts_down's expert from experts_up's table, the next
+    a step ahead, and both phases' loads with a 256-byte L2 prefetch-size hint (XET 2, XL2B
+    / XL2BD: 22nd); the fitted carveout (CARVE: 17th); experts_up's K split at 1 and 4 rows
+    (KSX -1: 19th, ksx_choice); the cp.async rings at 2 rows only (XRS / XRSD 2: 15th,
+    17th-19th); experts_down's three k-blocks in one step from 4 rows (KUD 3: 22nd; 6 us
+    slower at 1 row, 31st); routing inside the front (FR: 23rd); the shared down on the
+    programs the routed items leave idle where there are any (SDU -1: 14th, 19th), 6 of its
+    16ths there at 1 row (SDUQ 6: 23rd); the latent's squares left by its producer from 2
+    rows (LSQ: 25th; at 1 row the shares' load cost 1 us more); the split seam (SEAM_SPLIT:
+    12th).
 
-    Seventeenth session (one call, traced): the launch's carveout is fitted to its block
-    (CARVE 1; Triton 3.6 had asked for the largest shared part past 48 KB, which Nsight
-    Compute showed as a 233 KB configuration, and the driver gave 64 KB below it), and
-    from 3 rows experts_down streams through the ring too (XRSD 2): 135.8 / 132.1 / 177.7 /
-    232.1 us against the default's 135.5 / 134.5 / 179.3 / 237.5 (CARVE alone: 136.0 /
-    132.7 / 179.2 / 236.8). The down ring without the fitted carveout had cost experts_up's
-    register loop 116.9 us against 76.9 at 8 rows: L1 had lost its room. At 1 row the
-    down ring stays off (135.8 against 136.0 with CARVE alone: no gain).
-
-    Eighteenth session (traced, one call each): latent_up's two norm passes step BKN
-    (norm_chunk: 512 at 16 rows, one chunk at 1 row) where they had stepped BK, a chain of
-    L2 round trips: latent_up 17.9 / 23.0 / 26.4 / 28.2 us at 1 / 2 / 4 / 8 rows against
-    35.3 / 28.4 / 31.5 / 32.3 with BKN 128, the launch 128.2 / 132.0 / 176.9 / 234.1. BK 256
-    (Triton's own shared memory 81 920 -> 163 840 B) with experts_down's ring (40 960 B
-    more) costs experts_up's register loop 32 us at 8 rows; BK 256 without the ring took
-    168.6 against 176.0 at 4 rows (the dense phases 11 us faster, experts_down 4 slower)
-    and 234.1 against 233.6 at 8 (experts_down 7 slower, experts_up 6). So at 3 and 4 rows
-    BK 256 and no down ring (161.6 / 171.7 against 167.6 / 178.0 in a second call). That
-    call also had it 1.6-5.2 us faster at 5-8 rows; not the default there yet: untested on
-    the GPU. k2_tiles' mma branch holds these, so a sweep's one-key override (set_block)
-    keeps them.
-
-    Nineteenth session (one call, traced; docs/evidence/k2-sm90.md): BK 256 without the
-    down ring from 5 rows too (181.8 / 209.9 / 229.6 us at 5 / 6 / 8 rows against 186.6 /
-    214.6 / 233.8 with BK 128 and the ring), and the shared down's tiles dealt over the
-    programs the routed items leave idle (SDU 2: 132.7 / 128.3 us at 1 / 2 rows against
-    133.7 / 130.7 where they had followed the routed items round the grid, SDU 1). At 1
-    and 4 rows the K split is ksx_choice's (KSX -1, 2 at a TP-8 rank): 127.8 / 167.3 us
-    against 132.7 / 171.6; at 2 rows its 4-way split took 129.9 against 128.3 (and turned
-    SDU off), and at 3 and 5-8 rows it was not timed, so there it stays off. Its steps' KL
-    stayed as far inside the bound as the unsplit ones' over three seeds (a second call),
-    where the tenth session's one run had left it once.
-
-    Twenty-second session (one call, traced): experts_down reads each item's expert and
-    its rows' slots from the step's expert table (XET 1): experts_down 59.6 us at 8 rows
-    against 70.5, the launch 128.4 / 121.6 / 156.8 / 216.5 us against 127.7 / 127.2 /
-    160.5 / 226.6; with the expert loads' 256-byte L2 prefetch-size hint in both phases
-    too (XL2B / XL2BD 256): 126.5 / 121.0 / 152.8 / 210.0. A second call, against that
-    default (125.8 / 122.8 / 154.6 / 211.8): the program's next item's expert loaded a step
-    ahead (XET 2) 124.0 / 121.5 / 154.0 / 209.4, and from 4 rows experts_down's three
-    k-blocks loaded in one step (KUD 3: 153.0 / 206.0 at 4 / 8 rows; experts_down 52.6 us
-    against 59.1 at 8; at 1 row 130.0, so not there; 5-7 rows not timed). Both are the
-    same arithmetic in the same order: XET 2 ran bitwise the plain launch (the options
-    test); so did KUD 3 (twenty-third session).
-
-    Twenty-third session (one call, traced; docs/evidence/k2-sm90.md): the routing and the
-    shared SiTU inside the front (FR: 106.2 / 116.9 / 149.1 / 197.5 us at 1 / 2 / 4 / 8 rows
-    against 119.1 / 120.9 / 155.1 / 204.7 with a routing phase of its own; with the front's
-    64-row tiles for the router too, BNR 64: 116.5 / 117.5 / 149.2 / 199.2), bitwise the
-    plain launch; and at 1 row 6 / 16 of the shared down's tiles in experts_up, the rest in
-    experts_down (SDUQ 6: 106.2 against 114.9 with all of them in experts_up, where the idle
-    programs' 12 tiles each had been the phase's pole; SDUQ 8 and 10 timed between, in a
-    call before).
-
-    Twenty-seventh session (three calls, traced): with mma, four cp.async stages in the
-    dense K loops (STAGES 4: 112.7 / 142.8 / 193.8 us at 2 / 4 / 8 rows against 114.8 /
-    144.1 / 194.7, and 0.6-1.7 us less at 3 and 5-7 rows; 5 and 6 no faster where they fit
-    the SM), and at 1 row o_proj in one 64-row tile a program stepping 128 of K (BNO /
-    BKO) with them: 98.3 us against 106.4 in the gate's call (o_proj 7.7 against 11.8 us
-    in the launch; BNO 64 with STAGES 3 101.9-103.3, STAGES 4 alone 107.1; BKO 64 or 256,
-    BNO 32 or 128 no faster; from 2 rows BNO 32 loses 2-3 us).
-
-    Twenty-eighth session (the gate's call, traced): o_proj's tile from 2 rows too (BNO 64,
-    BKO 128 at every row count): 100.5 / 112.2 / 139.9 / 191.7 us at 1 / 2 / 4 / 8 rows
-    against 104.8 / 114.2 / 142.3 / 194.5 with latent_up's tile (BNO 0); at 4 rows the same
-    bits (the options test)."""
+    Without mma: GEMV dense phases and experts at 1 row, tensor cores from 2; 8 warps at 1
+    row and for bf16 experts at 2 rows (234 us against 251 with 4), 4 otherwise
+    (tl.dot_scaled lost 2x with 8). Four pipeline stages were 0.8-4.5 % faster with bf16
+    experts on Triton 3.6, but a newer Triton lays that build out in 240 KB of shared
+    memory, over the SM's 227 KB, so 3 stays."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
@@ -301,6 +182,7 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     is at most the width it walks (rounded down to a power of two) and at least 64 (two
     scale groups; masks cover a ragged tail). MMA tiles become tensor-core ones unless
     `mma` (the plan's mma_experts, on a device that runs the PTX) and they fit (mma_fits)."""
+    check_overrides(b, derived_ok=True)
     b = dict(b)
     if b.get("KSX", 1) == -1:  # resolve_ksx's to choose (launch_args resolves it first): fitted unsplit
         f = fit_tiles(dict(b, KSX=1), hidden=hidden, shared2=shared2, experts=experts, latent=latent, inter=inter,
