@@ -76,7 +76,7 @@ def test_judge_fails_mfma_outside_the_projection_phases():
 
 
 def test_every_k2_phase_has_its_variant_and_the_persistent_launch_too():
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES
 
     assert {label for label, *_ in fly.K2_SETS} == set(PHASES) | {"persistent"}
     need = {label: req for label, _, req, _ in fly.K2_SETS}

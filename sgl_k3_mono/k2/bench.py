@@ -102,7 +102,7 @@ def trace_summary(t: torch.Tensor) -> dict:
     """One launch's trace ([grid, TRACE_SLOTS] ns; -1 where a phase did not run) as
     {phase: (us from the median program's entry to the median entry into the next phase
     that ran, us between the first and the last program's entry)}."""
-    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_EXIT
+    from sgl_k3_mono.k2.triton.frame import PHASES, TRACE_EXIT
 
     ran = [i for i in range(len(PHASES)) if bool((t[:, i] >= 0).all())] + [TRACE_EXIT.value]
     med = {i: float(t[:, i].double().median()) for i in ran}
@@ -115,7 +115,7 @@ def work_summary(t: torch.Tensor) -> dict:
     longest, the program that took it)}: a program's work in a phase runs from its entry
     to its arrival at the phase's barrier (to its exit for the last phase), so the longest
     is the pole the others waited on at that barrier."""
-    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_ARRIVE, TRACE_EXIT
+    from sgl_k3_mono.k2.triton.frame import PHASES, TRACE_ARRIVE, TRACE_EXIT
 
     out = {}
     for p, name in enumerate(PHASES):
@@ -133,7 +133,7 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
     launches: {"entries": trace_summary's medians per phase (barrier exits are close
     together, so the median program's entry is where the grid stands), "work":
     work_summary's medians, with the program most often the longest}."""
-    from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
+    from sgl_k3_mono.k2.triton.frame import TRACE_SLOTS
 
     launch.trace = torch.full((launch.plan.grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
     try:
@@ -164,7 +164,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     build too large for it times out at the launch's 5 s deadline and exits)."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.synthetic import tp8_rank_dims
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES
 
     d = tp8_rank_dims()
     from sgl_k3_mono.budget import expected_experts
@@ -259,7 +259,7 @@ def _rank_weights(d, fmt: str):
 
 
 def _warm(d, rows_list, fmts, block, grid: int, trace: bool) -> list[dict]:
-    from sgl_k3_mono.k2.triton.kernel import TRACE_SLOTS
+    from sgl_k3_mono.k2.triton.frame import TRACE_SLOTS
 
     for fmt in fmts:
         rw = _rank_weights(d, fmt)

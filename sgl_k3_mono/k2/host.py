@@ -27,7 +27,7 @@ MAX_ROWS = 8
 ROW_PAD = 16  # tl.dot needs 16 rows; rows past M are masked
 MMA_SCALE_MAX = 128  # mma_fp4's bf16 2^(S-1) is finite up to here (weights up to 12)
 NBB = 16  # the seam's mixed rows padded (bank rows + p; the bank holds at most 15)
-K2_SYNC_WORDS = 8  # runtime/triton_sync's words, then K2's own (triton/kernel.FRONT_ROUTER / FRONT_SHARED)
+K2_SYNC_WORDS = 8  # runtime/triton_sync's words, then K2's own (triton/frame.FRONT_ROUTER / FRONT_SHARED)
 
 
 @dataclass(frozen=True)
@@ -262,7 +262,7 @@ class K2Scratch:
     squares, written by combine (TP 1) or the reduce (TP > 1), summed by latent_up."""
     sync: torch.Tensor
     """int32 [K2_SYNC_WORDS]: the grid barrier's and the epoch's words (runtime/triton_sync),
-    then FR's two front-tile counts (triton/kernel.FRONT_ROUTER / FRONT_SHARED); zero
+    then FR's two front-tile counts (triton/frame.FRONT_ROUTER / FRONT_SHARED); zero
     between launches."""
 
     @classmethod
@@ -342,7 +342,7 @@ class K2Launch:
         persistent program inside one CU. `impl`: the device code (default: what
         sgl_k3_mono.kernels.choose says for the ISA: FlyDSL on gfx950 unless
         SGL_K3_MONO_GFX950_IMPL=triton, Triton elsewhere)."""
-        from sgl_k3_mono.k2.triton.kernel import PHASES
+        from sgl_k3_mono.k2.triton.frame import PHASES
 
         if (plan.tp > 1) != (peers is not None) or (peers is not None and (peers.tp, peers.rank) != (plan.tp, rank)):
             raise ValueError(f"K2Launch: TP {plan.tp} rank {rank} needs K2Peers of that TP and rank "
@@ -402,7 +402,7 @@ class K2Launch:
     def launch_args(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                     prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0) -> tuple[tuple, dict]:
         """The kernel's positional arguments and its constexpr/launch options for one layer."""
-        from sgl_k3_mono.k2.triton.kernel import PHASES
+        from sgl_k3_mono.k2.triton.frame import PHASES
 
         pl, s = self.plan, self.scratch
         ex = w.moe.experts
@@ -546,7 +546,7 @@ class K2Launch:
                  phase=None) -> torch.Tensor:
         """Run the layer: persistent (phase None), one phase alone (phase p: per-phase
         timing), or every phase as its own launch (phase "all": the interpreter tests)."""
-        from sgl_k3_mono.k2.triton.kernel import PHASES
+        from sgl_k3_mono.k2.triton.frame import PHASES
 
         args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
         if self.impl == "flydsl":

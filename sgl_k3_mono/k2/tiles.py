@@ -259,8 +259,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
 
 
 def situ_chunks(shared2: int) -> int:
-    """The shared experts' SiTU chunks a row (triton/kernel.SITU_CHUNK columns each)."""
-    from sgl_k3_mono.k2.triton.kernel import SITU_CHUNK
+    """The shared experts' SiTU chunks a row (triton/parts.SITU_CHUNK columns each)."""
+    from sgl_k3_mono.k2.triton.parts import SITU_CHUNK
 
     return -(-shared2 // 2 // SITU_CHUNK.value)
 

@@ -150,7 +150,7 @@ def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, gr
     """All `tp` ranks of one layer in this process, phase by phase, rank after rank; the
     reduces pull the other ranks' partials through the emulated peer address tables."""
     from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES
 
     tp, al = case.tp, attn.shape[1] // case.tp
     ranks = [w.shard(r, tp) for r in range(tp)]

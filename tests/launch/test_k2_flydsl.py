@@ -62,7 +62,7 @@ def test_fly_arguments_are_the_triton_launch_arguments(phases):
 def test_every_phase_is_written_and_numbered_as_triton():
     from sgl_k3_mono.k2.flydsl.geometry import BIT
     from sgl_k3_mono.k2.flydsl.launch import FLY_PHASES, missing_phases, persistent_phases
-    from sgl_k3_mono.k2.triton.kernel import PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES
 
     assert missing_phases() == () and FLY_PHASES == PHASES
     assert [BIT[p] for p in PHASES] == [1 << i for i in range(len(PHASES))]

@@ -218,7 +218,7 @@ def test_trace_summary_times_each_phase_that_ran_from_the_median_entry():
     import torch
 
     from sgl_k3_mono.k2.bench import trace_summary
-    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_EXIT, TRACE_SLOTS
+    from sgl_k3_mono.k2.triton.frame import PHASES, TRACE_EXIT, TRACE_SLOTS
 
     t = torch.full((3, TRACE_SLOTS.value), -1, dtype=torch.int64)
     entries = {"o_proj": 0, "seam": 10_000, "front": 15_000, "route": 40_000, "experts_up": 45_000,
@@ -237,7 +237,7 @@ def test_work_summary_times_each_program_from_its_entry_to_its_barrier():
     import torch
 
     from sgl_k3_mono.k2.bench import work_summary
-    from sgl_k3_mono.k2.triton.kernel import PHASES, TRACE_ARRIVE, TRACE_EXIT, TRACE_SLOTS
+    from sgl_k3_mono.k2.triton.frame import PHASES, TRACE_ARRIVE, TRACE_EXIT, TRACE_SLOTS
 
     t = torch.full((3, TRACE_SLOTS.value), -1, dtype=torch.int64)
     t[:, PHASES.index("front")] = 15_000

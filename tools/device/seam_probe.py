@@ -1,5 +1,5 @@
 """Where the split seam's time goes inside K2 (phase 1): the launch's trace plus the seam's
-own stamps (kernel.TRACE_SEAM: its start, step A, A's row wait, step C, C's row wait; step D
+own stamps (frame.TRACE_SEAM: its start, step A, A's row wait, step C, C's row wait; step D
 ends at the program's barrier arrival). With SPASS=2 in a block the seam runs twice in the
 launch, one copy of its code: the second pass's links are primed (A', C', ...). `bench k2`'s
 launch and inputs (a TP-8 rank, MXFP4, nvb 4 of 8 bank rows). Over the seam's programs, median of 20 launches, us.
@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, ".")
 from sgl_k3_mono.k2.synthetic import tp8_rank_dims  # noqa: E402
 from sgl_k3_mono.k2 import bench  # noqa: E402
-from sgl_k3_mono.k2.triton.kernel import TRACE_ARRIVE, TRACE_SEAM, TRACE_SLOTS  # noqa: E402
+from sgl_k3_mono.k2.triton.frame import TRACE_ARRIVE, TRACE_SEAM, TRACE_SLOTS  # noqa: E402
 
 S, A = TRACE_SEAM.value, TRACE_ARRIVE.value
 P = S + 15  # the second pass's stamps (SPASS=2: the seam's code run twice in one launch)

@@ -66,7 +66,7 @@ def caller_stream(t) -> dict:
 
 
 def missing_phases() -> tuple[str, ...]:
-    from sgl_k3_mono.k2.triton.kernel import PHASES as TRITON_PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES as TRITON_PHASES
 
     return tuple(p for p in TRITON_PHASES if p not in FLY_PHASES)
 
@@ -93,7 +93,7 @@ def check_plan(plan) -> None:
 
 def _check(a: dict, meta: dict) -> None:
     from sgl_k3_mono.k2.flydsl.geometry import check_shapes
-    from sgl_k3_mono.k2.triton.kernel import PHASES as TRITON_PHASES
+    from sgl_k3_mono.k2.triton.frame import PHASES as TRITON_PHASES
 
     if tuple(TRITON_PHASES) != PHASES:  # the stall switch and the error record name phases by number
         raise RuntimeError(f"K2 FlyDSL phase numbering {PHASES} differs from the Triton kernel's {TRITON_PHASES}")
