@@ -8,9 +8,12 @@ cuBLAS (torch.matmul) for o_proj, the merged MoE front, the shared down and the 
 up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing in torch
 ops (sigmoid, bias, top-k, renormalise); the attn-res seam as `StandardSeam` (SGLang's
 Triton score/combine pair, torch RMSNorm); the routed
-experts as one batched cuBLAS matmul over the touched experts in bf16 (SGLang's sm_90
-MXFP4 runners need sgl_kernel / triton_kernels builds that do not run there). So the
-like-for-like comparison is bf16 experts on both sides; MXFP4 rows are ours vs floor.
+experts as one batched cuBLAS matmul over the touched experts in bf16. SGLang 0.5.23 serves
+Kimi-K3's MXFP4 experts on sm_90 through Marlin (sgl_kernel) or FlashInfer's cutlass_sm90
+MoE, CUDA builds that do not run on the lent machine; its triton_kernels runner (pure
+Triton, in SGLang's wheel) is no MXFP4 path for Kimi-K3: without a bias it takes bf16
+weights and silu / gelu only, with one swiglu only, never SiTU. So the like-for-like
+comparison is bf16 experts on both sides; MXFP4 rows are ours vs floor.
 TP 1 on one GPU: no all-reduce on either side.
 """
 
