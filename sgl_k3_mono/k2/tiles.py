@@ -208,6 +208,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")
+    if b.get("FLATD", 0) not in (0, 1):  # the dense GEMV phases' K loops: one a tile, or one over the program's tiles
+        raise ValueError(f"K2 tiles: FLATD={b['FLATD']}; the dense GEMV loops run a tile at a time (0) or over a "
+                         "program's tiles at once (1)")
     if b.get("BNO", 0) not in (0, 16, 32, 64, 128) or b.get("BKO", 0) not in (0, 64, 128, 256, 512):
         raise ValueError(f"K2 tiles: BNO={b.get('BNO', 0)}, BKO={b.get('BKO', 0)}; o_proj's own tile takes 16..128 "
                          "rows and K steps of 64..512 (0: latent_up's tile)")
@@ -247,6 +250,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     b["BNR"] = b.get("BNR") or (b["BNF"] if b["DENSE_GEMV"] else max(b["BNF"] // 2, 16))
     while b["BNR"] > 16 and any(v % b["BNR"] for v in (shared2, experts)):
         b["BNR"] //= 2
+    if b.get("FLATD") and b["DENSE_GEMV"] and b["BNR"] != b["BNF"]:  # one loop walks the front's tiles: one width
+        raise ValueError(f"K2 tiles: FLATD=1 walks the front's tiles in one loop, so its router / shared tiles "
+                         f"(BNR={b['BNR']}) must be as wide as its latent ones (BNF={b['BNF']})")
     if not b.get("MMA"):
         while b["BI"] > 16 and inter % b["BI"]:
             b["BI"] //= 2

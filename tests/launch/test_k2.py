@@ -89,8 +89,9 @@ def _interpreted(cases, *flags) -> None:
     results = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert len(results) == len(cases), done.stdout + done.stderr[-2000:]
     for res in results:
-        print(res["case"], res.get("hidden"))
+        print(res["case"], res.get("hidden"), res.get("apart_from", ""))
         _check(res)
+    return results
 
 
 def test_k2_triton_interpreted_matches_reference():
@@ -112,6 +113,21 @@ def test_k2_triton_interpreted_persistent_on_one_program():
     and counted wait is met by that program's own arrivals (a count off by one would
     expire: the interpreter's clock moves a millisecond a read), within the bounds."""
     _interpreted(CPU_PERSISTENT_CASES, "--persistent")
+
+
+# FLATD at 1 row (GEMV dense phases), K steps of 128 so a tile is several steps: the front's
+# loop (FR: its router and shared tiles counted for the helpers) and latent_up's
+FLATD_CASES = [Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=63, tiles="FLATD=1,BK=128"),
+               Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=64, tiles="FLATD=1,BK=128")]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persistent):
+    """FLATD's loops form a tile's products in gemv_bf16's order: its output within the
+    bounds and bitwise the per-tile loops' (BK 128 both), phase by phase and as the
+    persistent launch (one program: every tile of each phase in one loop)."""
+    results = _interpreted(FLATD_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "BK=128")
+    assert all(r["flatd"] == 1 and r["apart_from"]["apart"] == 0 for r in results), results
 
 
 # ---- GPU --------------------------------------------------------------------------------
@@ -287,6 +303,28 @@ def test_k2_gpu_seam_run_twice_is_bitwise_the_default(rows):
     got = run_case(dataclasses.replace(base, tiles="SPASS=2"), "cuda", phase=None, weights=w, keep_out=True)
     apart = int((got["out"] != ref["out"]).sum())
     print(f"\nK2SPASS M={rows}: {apart} of {ref['out'].numel()} apart, routing_equal={got['routing_equal']}")
+    assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", ["FLATD=1", "FLATD=1,FR=0"])
+def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(tiles):
+    """FLATD (the front's and latent_up's GEMV tiles and K steps as one pipelined loop a
+    program, at 1 row) forms the same products in the same order: bitwise the default
+    launch, real TP-8 rank shapes, MXFP4 (with FR the front's loop counts its router and
+    shared tiles for the routing helpers; without, only latent_up's loop changes)."""
+    import torch
+    from k2_cases import case_dims, run_case
+
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    base = Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=43, tiles="FR=0" if "FR=0" in tiles else "")
+    w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
+    ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
+    got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
+    apart = int((got["out"] != ref["out"]).sum())
+    print(f"\nK2FLATD {tiles}: {apart} of {ref['out'].numel()} apart, routing_equal={got['routing_equal']}")
+    assert got["flatd"] == 1
     assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
 
 

@@ -41,8 +41,9 @@ from sgl_k3_mono.k2.triton.frame import (FRONT_ROUTER, FRONT_SHARED, LAUNCH_ID, 
                                          enter, publish, wait_peers)
 from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
-from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, group_sum, h_mask, h_tile,
-                                         l2_expert_rows, route_one, shared_down_tile, situ, situ_chunk)
+from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store, gemv_step,
+                                         group_sum, h_mask, h_tile, l2_expert_rows, latent_up_store, route_one,
+                                         shared_down_tile, situ, situ_chunk, tiles_of)
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, table_expert, user_count, user_rows,
                                            write_expert_table)
 from sgl_k3_mono.k2.triton.seam import seam_split
@@ -97,7 +98,7 @@ def k2_kernel(
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, SPASS: tl.constexpr = 1, PF: tl.constexpr = 0,
     BNF: tl.constexpr = 64, BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0,
-    XL2: tl.constexpr = 0,
+    XL2: tl.constexpr = 0, FLATD: tl.constexpr = 0, PTX: tl.constexpr = False,
     XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
@@ -253,18 +254,44 @@ def k2_kernel(
             # stored: the grid routes while the latent down streams, with no barrier of its own
             NRT: tl.constexpr = E // BNR
             NST: tl.constexpr = S2 // BNR
-            for tile in range(pid, NRT + NST + L // BNF, nprog):
-                if tile < NRT:
-                    front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
-                               DENSE_GEMV, FRONT_BF16, False)
-                    count_tile(sync_ptr + FRONT_ROUTER)
-                elif tile < NRT + NST:
-                    front_rows(h2_ptr, M, wgu_ptr, s_wgu, (tile - NRT) * BNR, S2, gu_ptr, rm, H, BM, BNR, BK,
-                               STAGES, DENSE_GEMV, FRONT_BF16, False)
-                    count_tile(sync_ptr + FRONT_SHARED)
-                else:
-                    front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
-                               BK, STAGES, DENSE_GEMV, False, True)
+            if FLATD:  # the program's tiles and their K steps as one pipelined loop (BNR = BNF: GEMV tiles)
+                tl.static_assert(BNR == BNF)
+                NKF: tl.constexpr = (H + BK - 1) // BK
+                part = tl.zeros((BM, BNF, BK), tl.float32)
+                for it in tl.range(0, tiles_of(pid, nprog, NRT + NST + L // BNF) * NKF, num_stages=STAGES):
+                    tile = pid + (it // NKF) * nprog
+                    router = tile < NRT
+                    shared = (tile >= NRT) & (tile < NRT + NST)
+                    n0 = tl.where(router, tile, tl.where(shared, tile - NRT, tile - NRT - NST)) * BNF
+                    w0 = tl.where(router, wr_ptr + n0 * s_wr,
+                                  tl.where(shared, wgu_ptr + n0 * s_wgu, wdn_ptr + n0 * s_wdn))
+                    sw = tl.where(router, s_wr, tl.where(shared, s_wgu, s_wdn))
+                    nrows = tl.where(router, E, tl.where(shared, S2, L)) - n0
+                    part = gemv_step(part, h2_ptr, H, M, w0, sw, nrows, (it % NKF) * BK, H, BM, BNF, BK)
+                    if it % NKF == NKF - 1:
+                        acc = tl.sum(part, axis=2)
+                        if router:
+                            front_store(acc, logit_ptr, n0, E, M, rm, BNF, FRONT_BF16, False)
+                            count_tile(sync_ptr + FRONT_ROUTER, PTX)
+                        elif shared:
+                            front_store(acc, gu_ptr, n0, S2, M, rm, BNF, FRONT_BF16, False)
+                            count_tile(sync_ptr + FRONT_SHARED, PTX)
+                        else:
+                            front_store(acc, xin_ptr, n0, L, M, rm, BNF, False, True)
+                        part = tl.zeros((BM, BNF, BK), tl.float32)
+            else:
+                for tile in range(pid, NRT + NST + L // BNF, nprog):
+                    if tile < NRT:
+                        front_rows(h2_ptr, M, wr_ptr, s_wr, tile * BNR, E, logit_ptr, rm, H, BM, BNR, BK, STAGES,
+                                   DENSE_GEMV, FRONT_BF16, False)
+                        count_tile(sync_ptr + FRONT_ROUTER)
+                    elif tile < NRT + NST:
+                        front_rows(h2_ptr, M, wgu_ptr, s_wgu, (tile - NRT) * BNR, S2, gu_ptr, rm, H, BM, BNR, BK,
+                                   STAGES, DENSE_GEMV, FRONT_BF16, False)
+                        count_tile(sync_ptr + FRONT_SHARED)
+                    else:
+                        front_rows(h2_ptr, M, wdn_ptr, s_wdn, (tile - NRT - NST) * BNF, L, xin_ptr, rm, H, BM, BNF,
+                                   BK, STAGES, DENSE_GEMV, False, True)
             for hi in range((pid - frh + nprog) % nprog, M + M * NSC, nprog):  # helper hi: row hi, or a chunk
                 if hi < M:
                     wait_geq(sync_ptr + FRONT_ROUTER, NRT, t0, deadline_ns, err_addr, rank, layer, LAUNCH_ID, 2,
@@ -565,18 +592,22 @@ def k2_kernel(
                 tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
                          mask=km)
             tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
-        for tile in range(pid, NHT, nprog):
-            n0, nend = h_tile(tile, H, BN, BNH)
-            rn = n0 + tl.arange(0, BN)
-            acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
-                           BM, BN, BK, STAGES, DENSE_GEMV)
-            msk = h_mask(rm, M, rn, nend, BN, BNH)
-            out = acc.to(tl.bfloat16).to(tl.float32)
-            shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
-            x = (out + shared.to(tl.float32)).to(tl.bfloat16).to(tl.float32)
-            p = tl.load(p_ptr + rm[:, None] * H + rn[None, :], mask=msk, other=0.0)
-            x = (x + p.to(tl.float32)).to(tl.bfloat16)
-            tl.store(out_ptr + rm[:, None] * H + rn[None, :], x, mask=msk)
+        if FLATD:  # the program's tiles and their K steps as one pipelined loop (tiles.k2_tiles: FLATD)
+            NKU: tl.constexpr = (L + BK - 1) // BK
+            part = tl.zeros((BM, BN, BK), tl.float32)
+            for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=STAGES):
+                n0, nend = h_tile(pid + (it // NKU) * nprog, H, BN, BNH)
+                part = gemv_step(part, xn_ptr, L, M, wup_ptr + n0 * s_wup, s_wup, nend - n0, (it % NKU) * BK, L,
+                                 BM, BN, BK)
+                if it % NKU == NKU - 1:
+                    latent_up_store(tl.sum(part, axis=2), n0, nend, red, p_ptr, out_ptr, M, rm, H, L, BN, BNH)
+                    part = tl.zeros((BM, BN, BK), tl.float32)
+        else:
+            for tile in range(pid, NHT, nprog):
+                n0, nend = h_tile(tile, H, BN, BNH)
+                acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
+                               BM, BN, BK, STAGES, DENSE_GEMV)
+                latent_up_store(acc, n0, nend, red, p_ptr, out_ptr, M, rm, H, L, BN, BNH)
         if PERSISTENT:
             if TRACE:
                 tl.store(trace_ptr + pid * TRACE_SLOTS + TRACE_EXIT, now_ns(HIP))

@@ -58,6 +58,13 @@ def front_rows(h2_ptr, M, w_ptr, s_w, n0, N, out_ptr, rm, H: tl.constexpr, BM: t
     into out [M, N]: fp32 (bf16-rounded first with ROUND), or bf16 (OUT_BF16)."""
     acc = dot_bf16(h2_ptr, H, M, w_ptr, s_w, n0, N, H, tl.zeros((BM, BT), tl.float32), BM, BT, BK, STAGES,
                    DENSE_GEMV)
+    front_store(acc, out_ptr, n0, N, M, rm, BT, ROUND, OUT_BF16)
+
+
+@triton.jit
+def front_store(acc, out_ptr, n0, N, M, rm, BT: tl.constexpr, ROUND: tl.constexpr, OUT_BF16: tl.constexpr):
+    """A front tile's [rows, BT] sums into out [M, N] from row n0: fp32 (bf16-rounded first
+    with ROUND), or bf16 (OUT_BF16)."""
     rn = n0 + tl.arange(0, BT)
     if OUT_BF16:
         tl.store(out_ptr + rm[:, None] * N + rn[None, :], acc.to(tl.bfloat16), mask=rm[:, None] < M)
@@ -68,10 +75,36 @@ def front_rows(h2_ptr, M, w_ptr, s_w, n0, N, out_ptr, rm, H: tl.constexpr, BM: t
 
 
 @triton.jit
-def count_tile(counter_ptr):
+def gemv_step(part, x_ptr, sxm, M, w_row0, swn, nrows, k0, K, BM: tl.constexpr, BN: tl.constexpr,
+              BK: tl.constexpr):
+    """One K step of matmul.gemv_bf16 for a loop over a program's (tile, K step) pairs
+    (FLATD): part [BM, BN, BK] + x[:M, k0:k0+BK] * W[w_row0 + 0..nrows-1, k0:k0+BK], fp32,
+    the products and their order gemv_bf16's, so a tile's steps summed are its bits."""
+    r3 = tl.arange(0, BM)[:, None, None]
+    n3 = tl.arange(0, BN)[None, :, None]
+    k3 = k0 + tl.arange(0, BK)[None, None, :]
+    w = tl.load(w_row0 + n3 * swn + k3, mask=(n3 < nrows) & (k3 < K), other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + r3 * sxm + k3, mask=(r3 < M) & (k3 < K), other=0.0).to(tl.bfloat16)
+    return part + x.to(tl.float32) * w
+
+
+@triton.jit
+def tiles_of(pid, nprog, ntiles):
+    """How many of `ntiles` tiles dealt round the grid program pid owns."""
+    return tl.maximum(ntiles - pid + nprog - 1, 0) // nprog
+
+
+@triton.jit
+def count_tile(counter_ptr, ASM: tl.constexpr = False):
     """This program's front tile is stored (every thread's part: the CTA barrier); one more
-    on the counter, with release, for the helpers that wait on it to read the tile."""
-    tl.debug_barrier()
+    on the counter, with release, for the helpers that wait on it to read the tile. ASM
+    (sm_90, in FLATD's loop): the same bar.sync as inline PTX, which Triton's software
+    pipeliner does not see; with tl.debug_barrier in its body it leaves the loop's loads
+    unpipelined."""
+    if ASM:
+        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tbar.sync 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    else:
+        tl.debug_barrier()
     tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
 
 
@@ -142,3 +175,18 @@ def down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L: tl.constexpr, BL: tl.constex
         for half in tl.static_range(2):
             for h in tl.static_range(2):
                 tl.store(yrow + lr + half * (BL // 2) + 8 * h, ya[4 * half + 2 * h + j].to(tl.bfloat16), mask=has)
+
+
+@triton.jit
+def latent_up_store(acc, n0, nend, red, p_ptr, out_ptr, M, rm, H: tl.constexpr, L: tl.constexpr,
+                    BN: tl.constexpr, BNH: tl.constexpr):
+    """latent_up's epilogue for rows n0 .. nend - 1 of H: out = bf16(bf16(bf16(acc) + shared) + p),
+    shared from the reduced [latent | shared] rows `red`."""
+    rn = n0 + tl.arange(0, BN)
+    msk = h_mask(rm, M, rn, nend, BN, BNH)
+    out = acc.to(tl.bfloat16).to(tl.float32)
+    shared = tl.load(red + rm[:, None] * (L + H) + L + rn[None, :], mask=msk, other=0.0)
+    x = (out + shared.to(tl.float32)).to(tl.bfloat16).to(tl.float32)
+    p = tl.load(p_ptr + rm[:, None] * H + rn[None, :], mask=msk, other=0.0)
+    x = (x + p.to(tl.float32)).to(tl.bfloat16)
+    tl.store(out_ptr + rm[:, None] * H + rn[None, :], x, mask=msk)
