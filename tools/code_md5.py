@@ -36,6 +36,9 @@ def builds(cc, target: str) -> dict:
         b["k2-mxfp4-M4-phase5"] = (lambda: cc._k2_variant("mxfp4", "sm_90", 4, target), {"PHASE": 5})
         b["k2-mxfp4-M2-phase1-step1"] = (lambda: cc._k2_variant("mxfp4", "sm_90", 2, target),
                                          {"PHASE": 1, "SEAM_STEP": 1})
+        b["k2-mxfp4-M2-seam-rows"] = (lambda: cc._k2_variant("mxfp4", "sm_90", 2, target), {"SEAM_SPLIT": False})
+        b["k2-mxfp4-tp2-M3-seam-rows"] = (lambda: cc._k2_variant("mxfp4", "sm_90", 3, target, tp=2),
+                                          {"SEAM_SPLIT": False})
     for mode in ("decode", "verify"):
         for m in (1, 8):
             b[f"k1-{mode}-M{m}"] = (lambda mode=mode, m=m: cc._k1_variant(mode, m, target), {})

@@ -46,7 +46,7 @@ from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, fro
                                          shared_down_tile, situ, situ_chunk, tiles_of)
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, table_expert, user_count, user_rows,
                                            write_expert_table)
-from sgl_k3_mono.k2.triton.seam import seam_split
+from sgl_k3_mono.k2.triton.seam import seam_rows, seam_split
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, maybe_stall, now_ns, wait_geq
 
@@ -194,44 +194,8 @@ def k2_kernel(
                        scnt_ptr, t0, deadline_ns, err_addr, rank, layer, H, NBB, BS, SP, SPP, EPS, MIX_BF16, TP,
                        PERSISTENT, SEAM_STEP, HIP, trace_ptr, TRACE, SPASS)
         else:
-            rh = tl.arange(0, BH)
-            hm = rh < H
-            cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
-                tl.load(proj_ptr + rh, mask=hm, other=0.0).to(tl.float32)
-            ow = tl.load(onorm_ptr + rh, mask=hm, other=0.0).to(tl.float32)
-            jb = tl.arange(0, NBB)
-            for r in range(pid, M, nprog):
-                if TP > 1:
-                    a = tl.zeros((BH,), tl.float32)
-                    for q in tl.static_range(TP):  # rank order: every rank sums alike
-                        peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
-                        a += tl.load(peer + r * H + rh, mask=hm, other=0.0).to(tl.float32)
-                    a = a.to(tl.bfloat16).to(tl.float32)
-                else:
-                    a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32)
-                    a = a.to(tl.bfloat16).to(tl.float32)
-                p = a
-                if has_prefix != 0:
-                    p = (tl.load(prefix_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32) + a)
-                    p = p.to(tl.bfloat16).to(tl.float32)
-                tl.store(p_ptr + r * H + rh, p.to(tl.bfloat16), mask=hm)
-                # scores of the nvb bank rows (slots 0..nvb-1) and the prefix (slot nvb)
-                sp = tl.sum(p * cw, axis=0) / tl.sqrt(tl.sum(p * p, axis=0) / H + EPS)
-                scores = tl.where(jb == nvb, sp, float("-inf"))
-                for j in range(0, nvb):
-                    v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
-                    sj = tl.sum(v * cw, axis=0) / tl.sqrt(tl.sum(v * v, axis=0) / H + EPS)
-                    scores = tl.where(jb == j, sj, scores)
-                alpha = tl.exp(scores - tl.max(scores, axis=0))
-                alpha = alpha / tl.sum(alpha, axis=0)
-                mix = tl.sum(tl.where(jb == nvb, alpha, 0.0), axis=0) * p
-                for j in range(0, nvb):
-                    v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
-                    mix += tl.sum(tl.where(jb == j, alpha, 0.0), axis=0) * v
-                if MIX_BF16:
-                    mix = mix.to(tl.bfloat16).to(tl.float32)
-                h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
-                tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
+            seam_rows(pid, nprog, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, prefix_ptr, bank_ptr,
+                      p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, H, BH, NBB, EPS, MIX_BF16, TP)
         if PERSISTENT:
             barrier(1, 1, sync_ptr, nprog, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
             if SEAM_SPLIT:  # every row wait is over (barrier 1): the row counters start again at 0

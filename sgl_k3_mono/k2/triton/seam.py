@@ -1,6 +1,6 @@
-"""K2's phase 1 seam on its own tensors (Triton), through the split seam K1 runs too
-(runtime/triton_seam.py): at TP > 1 the slice's rank-order sum of the peers' o_proj
-partials first, then p and h2."""
+"""K2's phase 1 seam on its own tensors (Triton): through the split seam K1 runs too
+(runtime/triton_seam.py), at TP > 1 the slice's rank-order sum of the peers' o_proj
+partials first, then p and h2 (seam_split); or one program a row (seam_rows, SEAM_SPLIT 0)."""
 
 from __future__ import annotations
 
@@ -67,3 +67,51 @@ def seam_steps(pid, M, nvb, prefix_ptr, contrib_ptr, bank_ptr, NB, p_ptr, proj_p
         split_seam_step(pid, M, nvb, EPS, prefix_ptr, H, contrib_ptr, H, bank_ptr, NB * H, H, p_ptr, H,
                         proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, smix_ptr, spart_ptr,
                         STEP, H, NBB, BS, SP, SPP, HAS_CONTRIB, False, True, MIX_BF16)
+
+
+@triton.jit
+def seam_rows(pid, nprog, M, nvb, has_prefix, NB, part1_ptr, peer1_ptr, SLOT1, epoch, prefix_ptr, bank_ptr,
+              p_ptr, proj_ptr, rnorm_ptr, onorm_ptr, h2_ptr, H: tl.constexpr, BH: tl.constexpr, NBB: tl.constexpr,
+              EPS: tl.constexpr, MIX_BF16: tl.constexpr, TP: tl.constexpr):
+    """The seam of phase 1 one program a row (SEAM_SPLIT 0): a = bf16(the rank-order sum of
+    the peers' partials, or this rank's), p = bf16(prefix + a) (has_prefix) or a, then the
+    scores of the bank rows and p, their softmax, the mix and its norm into h2: each row a
+    chain of passes over H in one program."""
+    rh = tl.arange(0, BH)
+    hm = rh < H
+    cw = tl.load(rnorm_ptr + rh, mask=hm, other=0.0).to(tl.float32) * \
+        tl.load(proj_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+    ow = tl.load(onorm_ptr + rh, mask=hm, other=0.0).to(tl.float32)
+    jb = tl.arange(0, NBB)
+    for r in range(pid, M, nprog):
+        if TP > 1:
+            a = tl.zeros((BH,), tl.float32)
+            for q in tl.static_range(TP):  # rank order: every rank sums alike
+                peer = tl.load(peer1_ptr + q).to(tl.pointer_type(tl.bfloat16)) + (epoch % 2) * SLOT1
+                a += tl.load(peer + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+            a = a.to(tl.bfloat16).to(tl.float32)
+        else:
+            a = tl.load(part1_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32)
+            a = a.to(tl.bfloat16).to(tl.float32)
+        p = a
+        if has_prefix != 0:
+            p = (tl.load(prefix_ptr + r * H + rh, mask=hm, other=0.0).to(tl.float32) + a)
+            p = p.to(tl.bfloat16).to(tl.float32)
+        tl.store(p_ptr + r * H + rh, p.to(tl.bfloat16), mask=hm)
+        # scores of the nvb bank rows (slots 0..nvb-1) and the prefix (slot nvb)
+        sp = tl.sum(p * cw, axis=0) / tl.sqrt(tl.sum(p * p, axis=0) / H + EPS)
+        scores = tl.where(jb == nvb, sp, float("-inf"))
+        for j in range(0, nvb):
+            v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
+            sj = tl.sum(v * cw, axis=0) / tl.sqrt(tl.sum(v * v, axis=0) / H + EPS)
+            scores = tl.where(jb == j, sj, scores)
+        alpha = tl.exp(scores - tl.max(scores, axis=0))
+        alpha = alpha / tl.sum(alpha, axis=0)
+        mix = tl.sum(tl.where(jb == nvb, alpha, 0.0), axis=0) * p
+        for j in range(0, nvb):
+            v = tl.load(bank_ptr + (r * NB + j) * H + rh, mask=hm, other=0.0).to(tl.float32)
+            mix += tl.sum(tl.where(jb == j, alpha, 0.0), axis=0) * v
+        if MIX_BF16:
+            mix = mix.to(tl.bfloat16).to(tl.float32)
+        h2 = mix / tl.sqrt(tl.sum(mix * mix, axis=0) / H + EPS) * ow
+        tl.store(h2_ptr + r * H + rh, h2.to(tl.bfloat16), mask=hm)
