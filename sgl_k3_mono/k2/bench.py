@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import statistics
 import time
 from typing import Callable, Optional
@@ -135,17 +136,19 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
     into each phase and its arrival at each barrier (K2Launch.trace). Over `runs` eager
     launches: {"entries": trace_summary's medians per phase (barrier exits are close
     together, so the median program's entry is where the grid stands), "work":
-    work_summary's medians, with the program most often the longest}."""
+    work_summary's medians, with the program most often the longest, "raw": every
+    launch's stamps, [runs, grid, slots] (trace_report reads them)}."""
     from sgl_k3_mono.k2.triton.frame import TRACE_SLOTS
 
     launch.trace = torch.full((launch.plan.grid, TRACE_SLOTS.value), -1, dtype=torch.int64, device="cuda")
     try:
-        runs_, works = [], []
+        runs_, works, raw = [], [], []
         for _ in range(runs):
             launch.trace.fill_(-1)
             run_once()
             torch.cuda.synchronize()
             t = launch.trace.cpu()
+            raw.append(t)
             runs_.append(trace_summary(t))
             works.append(work_summary(t))
     finally:
@@ -154,13 +157,15 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
     # the pole: the medians of its work, and the program that was it most often
     poles = {p: (statistics.median(w[p][0] for w in works), statistics.median(w[p][1] for w in works),
                  statistics.mode(w[p][2] for w in works)) for p in works[0]}
-    return {"entries": entries, "work": poles}
+    return {"entries": entries, "work": poles, "raw": torch.stack(raw)}
 
 
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
-        block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False) -> list[dict]:
+        block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False,
+        trace_out: Optional[str] = None) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
-    `trace`: also the in-launch phase profile (phase_trace). `warm_only`: compile the
+    `trace`: also the in-launch phase profile (phase_trace); `trace_out`: a folder for its
+    stamps, every launch's, one file for the block (trace_report.save). `warm_only`: compile the
     persistent launches (and the traced ones with `trace`) into Triton's cache and time
     nothing (tools/device/env.sh `warm` runs several such processes at once).
     `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
@@ -183,7 +188,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
           f"read bandwidth {bw:.0f} GB/s (the floor uses this); "
           f"standard path SiTU: {_situ_op()[1]}; seam: "
           f"{seam_kind(d.hidden, 'cuda')}")
-    results = []
+    results, raw = [], {}
     for fmt in fmts:
         rw = _rank_weights(d, fmt)
         for m in rows_list:
@@ -222,11 +227,20 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                   + f" wall_s=first:{t_first - t_row:.1f},timed:{t_timed - t_first:.1f},"
                   f"rest:{time.monotonic() - t_timed:.1f}", flush=True)
             if traced:
+                raw[(fmt, m)] = traced.pop("raw")
                 print(f"K2TRACE {fmt:5s} M={m} in-launch us (entry spread us): " + " ".join(
                     f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced["entries"].items()) +
                     f" sum={sum(d for d, _ in traced['entries'].values()):.1f}", flush=True)
                 print(f"K2WORK  {fmt:5s} M={m} a program's own work us (median / longest @ program): " + " ".join(
                     f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
+    if trace_out and raw:
+        from sgl_k3_mono.k2.trace_report import save
+
+        os.makedirs(trace_out, exist_ok=True)
+        label = "_".join(f"{k}{v}" for k, v in sorted((block or {}).items())) or "default"
+        path = os.path.join(trace_out, f"k2-traces-{label}.pt")
+        save(path, raw, block=block or {}, grid=per_sm * sms)
+        print(f"K2TRACES saved {path}", flush=True)
     return results
 
 
@@ -285,6 +299,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
     ap.add_argument("--per-sm", type=int, default=1, help="persistent programs an SM (experiment)")
     ap.add_argument("--trace", action="store_true", help="also the in-launch phase profile (eager launches)")
+    ap.add_argument("--trace-out", default=None,
+                    help="with --trace: save every traced launch's stamps into this folder, a file a block "
+                         "(python -m sgl_k3_mono.k2.trace_report FILE reads them)")
     ap.add_argument("--warm-only", action="store_true",
                     help="compile the launches into Triton's cache, time nothing")
     a = ap.parse_args(argv)
@@ -292,7 +309,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
-            block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only)
+            block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out)
     return 0
 
 

@@ -29,10 +29,13 @@ set -u
 source tools/device/env.sh
 # k2_sweep NAME TIMEOUT FORMATS ROWS BLOCK...: bench k2 over the blocks ("" = the defaults),
 # their launches compiled in parallel first
-# (K2_EXTRA: more bench arguments for both, e.g. --trace)
+# (K2_EXTRA: more bench arguments for both, e.g. --trace; K2_TRACES=1 with --trace keeps every traced
+# launch's stamps, a file a block in $OUT/traces, which python -m sgl_k3_mono.k2.trace_report FILE reads
+# here: mind the 8 files a call brings back)
 k2_sweep() {
   local name=$1 to=$2 fmts=$3 rows=$4; shift 4
   local cmds=() args=() b x=${K2_EXTRA:-}
+  [ -n "${K2_TRACES:-}" ] && args+=(--trace-out "$OUT/traces")
   for b in "$@"; do
     cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows $rows --formats $fmts --block '$b' $x --warm-only")
     args+=(--block "$b")
