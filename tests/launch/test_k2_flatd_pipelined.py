@@ -1,0 +1,62 @@
+"""FLATD's premise, on the CPU: its loops over a program's (tile, K step) pairs are worth
+having only if Triton's software pipeliner pipelines them, and a CTA barrier in a loop's
+body (tl.debug_barrier) makes it leave the loop's loads plain. K2 at a TP-8 rank's shapes,
+1 row, MXFP4, compiled for sm_90 on the CPU (compile_check's stub driver, in a process of
+its own): in the pipelined TTGIR, the loads of both flat loops (the front's, with its
+routing count, and latent_up's) are async copies into shared memory."""
+
+import json
+import os
+import subprocess
+import sys
+
+WORKER = r"""
+import json, re, sys
+from sgl_k3_mono import compile_check as cc
+cc._stub_driver("sm_90")
+from sgl_k3_mono.k2.host import K2Launch
+from sgl_k3_mono.k2.triton import parts
+
+orig = K2Launch.launch_args
+def patched(self, *a, **k):
+    self.set_block(FLATD=1)
+    return orig(self, *a, **k)
+K2Launch.launch_args = patched
+kernel, args, meta = cc._k2_variant("mxfp4", "sm_90", 1, "sm_90")
+ck = kernel.warmup(*args, PHASE=-1, grid=(132,), **dict(meta, HIP=False))
+ir = ck.asm["ttgir"]
+locs = dict(re.findall(r"^(#loc\d+) = (loc\(.*\))$", ir, re.M))
+
+def chain(ref, depth=0):
+    # the source lines a location and the call sites it was inlined through name
+    v = locs.get(ref, "")
+    m = re.match(r'loc\("([^"]+)":(\d+):\d+\)', v)
+    if m:
+        return [(m.group(1).rsplit("/", 1)[-1], int(m.group(2)))]
+    m = re.match(r"loc\(callsite\((#loc\d+) at (#loc\d+)\)\)", v)
+    if m and depth < 40:
+        return chain(m.group(1), depth + 1) + chain(m.group(2), depth + 1)
+    m = re.match(r'loc\("[^"]*"\((#loc\d+)\)\)', v)
+    return chain(m.group(1), depth + 1) if m else []
+
+step = parts.gemv_step.fn.__code__.co_firstlineno
+found = {"async": set(), "plain": set()}
+for line in ir.splitlines():
+    kind = "async" if "ttg.async_copy_global_to_local" in line else "plain" if " tt.load " in line else None
+    m = re.search(r"loc\((#loc\d+)\)\s*$", line)
+    if kind and m:
+        c = chain(m.group(1))
+        if c and c[0][0] == "parts.py" and step < c[0][1] < step + 15:  # a load of gemv_step
+            found[kind].add(next(ln for f, ln in c if f == "kernel.py"))  # the call site in the kernel
+print(json.dumps({"flatd": meta["FLATD"], "async": sorted(found["async"]), "plain": sorted(found["plain"])}))
+"""
+
+
+def test_both_flat_loops_are_pipelined():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    print(got)
+    assert got["flatd"] == 1
+    assert len(got["async"]) == 2 and got["plain"] == [], got  # the front's and latent_up's call sites
