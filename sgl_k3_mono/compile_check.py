@@ -175,14 +175,20 @@ def variants(full: bool) -> list[tuple[str, object]]:
 
 # ---- compile and inspect one variant ------------------------------------------------------
 
-def _nv_resources(cubin: bytes) -> dict:
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """What the cuobjdump that ships in Triton's wheel prints for a cubin (`-sass`: its SASS;
+    `--dump-resource-usage`: registers, stack, shared and local memory)."""
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def _nv_resources(cubin: bytes) -> dict:
+    text = cuobjdump(cubin, "--dump-resource-usage")
     get = lambda k: int((re.search(rf"{k}:(\d+)", text) or [0, -1])[1])  # noqa: E731
     return {"regs": get("REG"), "stack": get("STACK"), "shared": get("SHARED"), "local": get("LOCAL")}
 

@@ -17,9 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 
 def builds(cc, target: str) -> dict:
@@ -47,13 +45,9 @@ def builds(cc, target: str) -> dict:
 
 def machine_code(ck, target: str) -> str:
     if target == "sm_90":
-        import triton
+        from sgl_k3_mono.compile_check import cuobjdump
 
-        tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-            f.write(ck.asm["cubin"])
-            f.flush()
-            return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, check=True).stdout
+        return cuobjdump(ck.asm["cubin"], "-sass")
     body = ck.asm["amdgcn"].split("\t.section\t.debug")[0]
     return "\n".join(line.split(";")[0].rstrip() for line in body.splitlines()
                      if re.match(r"^\t[a-z][a-z_0-9.]*(\s|$)", line) or re.match(r"^\.?L?BB\w*:|^\w+:", line))

@@ -119,16 +119,10 @@ def work_summary(t: torch.Tensor) -> dict:
     longest, the program that took it)}: a program's work in a phase runs from its entry
     to its arrival at the phase's barrier (to its exit for the last phase), so the longest
     is the pole the others waited on at that barrier."""
-    from sgl_k3_mono.k2.triton.frame import PHASES, TRACE_ARRIVE, TRACE_EXIT
+    from sgl_k3_mono.k2.trace_report import phase_spans
 
-    out = {}
-    for p, name in enumerate(PHASES):
-        end = TRACE_EXIT.value if p == len(PHASES) - 1 else TRACE_ARRIVE.value + p
-        if not (bool((t[:, p] >= 0).all()) and bool((t[:, end] >= 0).all())):
-            continue
-        work = (t[:, end] - t[:, p]).double() / 1e3
-        out[name] = (float(work.median()), float(work.max()), int(work.argmax()))
-    return out
+    return {name: (float(work.median()), float(work.max()), int(work.argmax()))
+            for name, (work, _) in phase_spans(t[None]).items()}
 
 
 def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:

@@ -15,7 +15,7 @@ import json, re, sys
 from sgl_k3_mono import compile_check as cc
 cc._stub_driver("sm_90")
 from sgl_k3_mono.k2.host import K2Launch
-from sgl_k3_mono.k2.triton import parts
+from sgl_k3_mono.k2.triton import matmul
 
 orig = K2Launch.launch_args
 def patched(self, *a, **k):
@@ -39,15 +39,16 @@ def chain(ref, depth=0):
     m = re.match(r'loc\("[^"]*"\((#loc\d+)\)\)', v)
     return chain(m.group(1), depth + 1) if m else []
 
-step = parts.gemv_step.fn.__code__.co_firstlineno
+step = matmul.gemv_bf16_step.fn.__code__.co_firstlineno
 found = {"async": set(), "plain": set()}
 for line in ir.splitlines():
     kind = "async" if "ttg.async_copy_global_to_local" in line else "plain" if " tt.load " in line else None
     m = re.search(r"loc\((#loc\d+)\)\s*$", line)
     if kind and m:
         c = chain(m.group(1))
-        if c and c[0][0] == "parts.py" and step < c[0][1] < step + 15:  # a load of gemv_step
-            found[kind].add(next(ln for f, ln in c if f == "kernel.py"))  # the call site in the kernel
+        # a load of gemv_bf16_step called by the kernel itself (FLATD's loops; gemv_bf16 calls it too)
+        if len(c) > 1 and c[0][0] == "matmul.py" and step < c[0][1] < step + 12 and c[1][0] == "kernel.py":
+            found[kind].add(c[1][1])  # the call site in the kernel
 print(json.dumps({"flatd": meta["FLATD"], "async": sorted(found["async"]), "plain": sorted(found["plain"])}))
 """
 

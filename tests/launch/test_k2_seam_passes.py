@@ -13,10 +13,9 @@ import sys
 import pytest
 
 WORKER = r"""
-import json, os, subprocess, sys, tempfile
+import json, sys
 from sgl_k3_mono import compile_check as cc
 cc._stub_driver("sm_90")
-import triton
 from sgl_k3_mono.k2.host import K2Launch
 
 over = json.loads(sys.argv[1])
@@ -28,10 +27,7 @@ K2Launch.launch_args = patched
 kernel, args, meta = cc._k2_variant("mxfp4", "sm_90", 1, "sm_90")
 meta = dict(meta, HIP=False, TRACE=True)
 ck = kernel.warmup(*args, PHASE=-1, grid=(132,), **meta)
-tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-    f.write(ck.asm["cubin"]); f.flush()
-    sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+sass = cc.cuobjdump(ck.asm["cubin"], "-sass")
 print(json.dumps({"spass": meta["SPASS"], "timer_reads": sass.count("SR_GLOBALTIMERLO")}))
 """
 

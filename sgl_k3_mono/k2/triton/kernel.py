@@ -39,9 +39,9 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.frame import (FRONT_ROUTER, FRONT_SHARED, LAUNCH_ID, TRACE_EXIT, TRACE_SLOTS, barrier,
                                          enter, publish, wait_peers)
-from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_mxfp4
+from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step, gemv_mxfp4
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
-from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store, gemv_step,
+from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store,
                                          group_sum, h_mask, h_tile, l2_expert_rows, latent_up_store, route_one,
                                          shared_down_tile, situ, situ_chunk, tiles_of)
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, table_expert, user_count, user_rows,
@@ -227,11 +227,12 @@ def k2_kernel(
                     router = tile < NRT
                     shared = (tile >= NRT) & (tile < NRT + NST)
                     n0 = tl.where(router, tile, tl.where(shared, tile - NRT, tile - NRT - NST)) * BNF
-                    w0 = tl.where(router, wr_ptr + n0 * s_wr,
-                                  tl.where(shared, wgu_ptr + n0 * s_wgu, wdn_ptr + n0 * s_wdn))
-                    sw = tl.where(router, s_wr, tl.where(shared, s_wgu, s_wdn))
-                    nrows = tl.where(router, E, tl.where(shared, S2, L)) - n0
-                    part = gemv_step(part, h2_ptr, H, M, w0, sw, nrows, (it % NKF) * BK, H, BM, BNF, BK)
+                    w_ptr = tl.where(router, wr_ptr, tl.where(shared, wgu_ptr, wdn_ptr))  # the tile's segment
+                    s_w = tl.where(router, s_wr, tl.where(shared, s_wgu, s_wdn))
+                    n_seg = tl.where(router, E, tl.where(shared, S2, L))
+                    n3 = (n0 + tl.arange(0, BNF))[None, :, None]
+                    part = gemv_bf16_step(part, h2_ptr, H, rm[:, None, None], (rm < M)[:, None, None], w_ptr, s_w,
+                                          n3, n_seg, (it % NKF) * BK, H, BK)
                     if it % NKF == NKF - 1:
                         acc = tl.sum(part, axis=2)
                         if router:
@@ -561,8 +562,8 @@ def k2_kernel(
             part = tl.zeros((BM, BN, BK), tl.float32)
             for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=STAGES):
                 n0, nend = h_tile(pid + (it // NKU) * nprog, H, BN, BNH)
-                part = gemv_step(part, xn_ptr, L, M, wup_ptr + n0 * s_wup, s_wup, nend - n0, (it % NKU) * BK, L,
-                                 BM, BN, BK)
+                part = gemv_bf16_step(part, xn_ptr, L, rm[:, None, None], (rm < M)[:, None, None], wup_ptr, s_wup,
+                                      (n0 + tl.arange(0, BN))[None, :, None], nend, (it % NKU) * BK, L, BK)
                 if it % NKU == NKU - 1:
                     latent_up_store(tl.sum(part, axis=2), n0, nend, red, p_ptr, out_ptr, M, rm, H, L, BN, BNH)
                     part = tl.zeros((BM, BN, BK), tl.float32)

@@ -10,6 +10,18 @@ import triton.language as tl
 
 
 @triton.jit
+def gemv_bf16_step(part, x_ptr, sxm, r3, v3, w_ptr, swn, n3, N, k0, K, BK: tl.constexpr):
+    """One K step of gemv_bf16: part [R, BN, BK] + x[r3, k0:k0+BK] * W[n3, k0:k0+BK], fp32
+    FMAs (summed over the last axis once the K walk ends); r3 / v3 [R, 1, 1] the x rows and
+    which exist, n3 [1, BN, 1] the weight rows (< N). Also the step of a loop over a
+    program's (tile, K step) pairs (kernel.py's FLATD), so a tile's bits are gemv_bf16's."""
+    k3 = k0 + tl.arange(0, BK)[None, None, :]
+    w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
+    return part + x.to(tl.float32) * w
+
+
+@triton.jit
 def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
               R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
     """[R, BN] fp32 = x[rows] @ W[n0:n0+BN]^T with FMAs, bf16 W [N, K]; x rows picked by
@@ -19,10 +31,7 @@ def gemv_bf16(x_ptr, sxm, rows, rvalid, w_ptr, swn, n0, N, K,
     n3 = (n0 + tl.arange(0, BN))[None, :, None]
     part = tl.zeros((R, BN, BK), tl.float32)
     for k0 in tl.range(0, K, BK, num_stages=STAGES):
-        k3 = k0 + tl.arange(0, BK)[None, None, :]
-        w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
-        x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
-        part += x.to(tl.float32) * w
+        part = gemv_bf16_step(part, x_ptr, sxm, r3, v3, w_ptr, swn, n3, N, k0, K, BK)
     return tl.sum(part, axis=2)
 
 

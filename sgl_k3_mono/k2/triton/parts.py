@@ -75,20 +75,6 @@ def front_store(acc, out_ptr, n0, N, M, rm, BT: tl.constexpr, ROUND: tl.constexp
 
 
 @triton.jit
-def gemv_step(part, x_ptr, sxm, M, w_row0, swn, nrows, k0, K, BM: tl.constexpr, BN: tl.constexpr,
-              BK: tl.constexpr):
-    """One K step of matmul.gemv_bf16 for a loop over a program's (tile, K step) pairs
-    (FLATD): part [BM, BN, BK] + x[:M, k0:k0+BK] * W[w_row0 + 0..nrows-1, k0:k0+BK], fp32,
-    the products and their order gemv_bf16's, so a tile's steps summed are its bits."""
-    r3 = tl.arange(0, BM)[:, None, None]
-    n3 = tl.arange(0, BN)[None, :, None]
-    k3 = k0 + tl.arange(0, BK)[None, None, :]
-    w = tl.load(w_row0 + n3 * swn + k3, mask=(n3 < nrows) & (k3 < K), other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + r3 * sxm + k3, mask=(r3 < M) & (k3 < K), other=0.0).to(tl.bfloat16)
-    return part + x.to(tl.float32) * w
-
-
-@triton.jit
 def tiles_of(pid, nprog, ntiles):
     """How many of `ntiles` tiles dealt round the grid program pid owns."""
     return tl.maximum(ntiles - pid + nprog - 1, 0) // nprog
