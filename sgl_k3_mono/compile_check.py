@@ -114,9 +114,11 @@ def _placeholder(shape, dtype):
     return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)[: math.prod(shape)].view(tuple(shape))
 
 
-def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1, shapes_tp: int = 8):
+def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1, shapes_tp: int = 8,
+                layout: str = "plain"):
     """K2 at a real TP-`shapes_tp` rank's shapes with its reduce over `tp` ranks (tp 1 with
-    TP-8 shapes: the one-GPU tests' launch), on CPU placeholders (never touched)."""
+    TP-8 shapes: the one-GPU tests' launch), on CPU placeholders (never touched). `layout`:
+    MXFP4 experts as SGLang holds them, "plain" or AITER's "KIND-I_PAD" (AITER_LAYOUTS)."""
     import torch
 
     from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
@@ -131,9 +133,17 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
     bf, u8, ph = torch.bfloat16, torch.uint8, _placeholder
     if fmt == "bf16":
         ex = DenseExperts(ph((E, 2 * I, L), bf), ph((E, L, I), bf))
-    else:
+    elif layout == "plain":
         ex = Mxfp4Experts(ph((E, 2 * I, L // 2), u8), ph((E, 2 * I, L // 32), u8), ph((E, L, I // 2), u8),
                           ph((E, L, I // 32), u8), I)
+    else:  # 2-D scales (generic's rows padded to 256), as SGLang's AITER post-load leaves them
+        from sgl_k3_mono.reference.mxfp4_aiter import scale_cols
+
+        kind, ip = layout.split("-")[0], int(layout.split("-")[1])
+        rows_of = (lambda n: -(-n // 256) * 256) if kind == "generic" else (lambda n: n)
+        s13 = ph((rows_of(E * 2 * ip), scale_cols(kind, L // 32)), u8)
+        s2 = ph((rows_of(E * L), scale_cols(kind, ip // 32)), u8)
+        ex = Mxfp4Experts.from_sglang(ph((E, 2 * ip, L // 2), u8), s13, ph((E, L, ip // 2), u8), s2, I, kind)
     moe = MoeRankWeights(rank=0, tp=1, shared_gate_up=ph((2 * S, H), bf), router=ph((E, H), bf),
                          latent_down=ph((L, H), bf), shared_down=ph((H, S), bf), router_bias=ph((E,), torch.float32),
                          latent_norm=ph((L,), bf), latent_up=ph((H, L), bf), experts=ex, params=MoeParams.from_dims(d))
@@ -159,6 +169,12 @@ def _k1_variant(mode: str, rows: int, target: str, tp: int = 8, isa: str = "sm_9
     return k1_kernel, args, meta
 
 
+AITER_LAYOUTS = ("a16w4-512", "generic-512", "generic-384")
+"""The MXFP4 expert layouts SGLang 0.5.23 leaves on gfx950 at TP 8 (KIND-I_PAD): AITER's
+a16w4 (the default; I_l 384 padded to 512), its generic preshuffle padded, and unpadded
+(SGLANG_AITER_K3_OPT=1). reference/mxfp4_aiter.AiterLayout.from_env picks one."""
+
+
 def variants(full: bool) -> list[tuple[str, object]]:
     # K2's sm_90 tiles come in three classes (tiles.default_tiles: 1 row, 2 rows, 3 and
     # more), so 1, 2 and 8 rows compile each class once; --full adds 4
@@ -170,6 +186,9 @@ def variants(full: bool) -> list[tuple[str, object]]:
         out.append((f"k2-tp8-mxfp4-M{m}", lambda t, m=m: _k2_variant("mxfp4", "sm_90", m, t, tp=8)))
         for mode in ("decode", "verify"):
             out.append((f"k1-tp8rank-{mode}-M{m}", lambda t, mode=mode, m=m: _k1_variant(mode, m, t)))
+    for lay in AITER_LAYOUTS[:2]:  # the experts in AITER's layouts (Triton's gfx950 opt-in serves them too)
+        out.append((f"k2-tp8-mxfp4-{lay}-M2",
+                    lambda t, lay=lay: _k2_variant("mxfp4", "sm_90", 2, t, tp=8, layout=lay)))
     return out
 
 

@@ -88,11 +88,11 @@ ACQUIRE_SYS = (
 NO_MFMA = ((r"v_mfma", "a matrix-core instruction outside the projection phases"),)
 
 
-def _k2_fly(rows: int, tp: int, phases: tuple) -> None:
+def _k2_fly(rows: int, tp: int, phases: tuple, layout: str = "plain") -> None:
     from sgl_k3_mono.compile_check import _k2_variant
     from sgl_k3_mono.k2.flydsl.launch import fly_arguments
 
-    _, args, meta = _k2_variant("mxfp4", "gfx950", rows, "gfx950", tp=tp)
+    _, args, meta = _k2_variant("mxfp4", "gfx950", rows, "gfx950", tp=tp, layout=layout)
     fly_arguments(args, meta, phases=phases).run()
 
 
@@ -125,6 +125,14 @@ def variants(full: bool) -> list[FlyVariant]:
     k2 = [FlyVariant(f"fly-k2-{label}-tp8-M{m}", "k2_fly_kernel",
                      lambda m=m, ph=phases: _k2_fly(m, 8, ph or _all_phases()), FRAME + extra, forbid)
           for label, phases, extra, forbid in K2_SETS for m in rows]
+    # the experts as SGLang's AITER post-load leaves them (the default on gfx950): the two
+    # phases that read them, and the whole layer
+    from sgl_k3_mono.compile_check import AITER_LAYOUTS
+
+    k2 += [FlyVariant(f"fly-k2-{label}-tp8-{lay}-M{m}", "k2_fly_kernel",
+                      lambda m=m, ph=phases, lay=lay: _k2_fly(m, 8, ph or _all_phases(), lay), FRAME + extra, forbid)
+           for label, phases, extra, forbid in K2_SETS if label in ("experts_up", "experts_down", "persistent")
+           for lay in AITER_LAYOUTS for m in rows[:1]]
     return k2 + _k1_variants(full)
 
 

@@ -13,6 +13,10 @@ each group compiles once:
   tensors are static by default, so shapes enter its key; the state pools' slot count
   does not, measured: the traced IR does not read it).
 
+On gfx950 K2's MXFP4 experts come in the layouts SGLang 0.5.23 leaves there
+(compile_check.AITER_LAYOUTS: AITER's a16w4 by default, its generic preshuffle padded or
+not) as well as its plain loaded one: each is a member at every width.
+
 K1's layer kinds (bank write, pending add) are further constexprs: every kind is
 compiled at 8 rows and TP 8, the product above uses the kind most layers have (pending
 add, no bank write). FlyDSL K2 with bf16 experts is refused by the launch (their TP-8
@@ -44,7 +48,7 @@ class Member:
 
 def triton_members(target: str) -> list[Member]:
     """Every shipped Triton launch on `target` (its builds take the target as argument)."""
-    from sgl_k3_mono.compile_check import _k1_variant, _k2_variant
+    from sgl_k3_mono.compile_check import AITER_LAYOUTS, _k1_variant, _k2_variant
 
     out = []
     for tp in PROFILES[target].tp_sizes:
@@ -60,6 +64,11 @@ def triton_members(target: str) -> list[Member]:
             if kind != "add":
                 out.append(Member(f"k1-{mode}-{kind}-tp8-M8", lambda t, mode=mode, kind=kind:
                                   _k1_variant(mode, 8, t, tp=8, isa=t, **KINDS[kind])))
+    if target == "gfx950":  # the MXFP4 experts as SGLang's AITER post-load leaves them there
+        for lay in AITER_LAYOUTS:
+            for m in WIDTHS:
+                out.append(Member(f"k2-mxfp4-{lay}-tp8-M{m}", lambda t, lay=lay, m=m:
+                                  _k2_variant("mxfp4", t, m, t, tp=8, shapes_tp=8, layout=lay)))
     return out
 
 
@@ -105,10 +114,15 @@ def fly_members() -> tuple[list, list[str]]:
     def add(name, kernel, call, isa):
         out.append((FlyVariant(name, kernel, lambda: call().run(), isa), call))
 
+    from sgl_k3_mono.compile_check import AITER_LAYOUTS
+
     for tp in PROFILES["gfx950"].tp_sizes:
         for m in WIDTHS:
-            add(f"fly-every-k2-mxfp4-tp{tp}-M{m}", "k2_fly_kernel", lambda m=m, tp=tp: _fly_k2(m, tp),
-                k2_isa + ((MAILBOX + ACQUIRE_SYS) if tp > 1 else ()))
+            for lay in ("plain",) + AITER_LAYOUTS:  # AITER's a16w4 is what SGLang leaves by default
+                tag = "" if lay == "plain" else f"-{lay}"
+                add(f"fly-every-k2-mxfp4{tag}-tp{tp}-M{m}", "k2_fly_kernel",
+                    lambda m=m, tp=tp, lay=lay: _fly_k2(m, tp, lay),
+                    k2_isa + ((MAILBOX + ACQUIRE_SYS) if tp > 1 else ()))
             for mode in MODES:
                 add(f"fly-every-k1-{mode}-add-tp{tp}-M{m}", "k1_fly_kernel",
                     lambda mode=mode, m=m, tp=tp: _fly_k1(mode, m, tp, "add"), k1_isa)
@@ -121,11 +135,11 @@ def fly_members() -> tuple[list, list[str]]:
     return out, refused
 
 
-def _fly_k2(rows: int, tp: int):
+def _fly_k2(rows: int, tp: int, layout: str = "plain"):
     from sgl_k3_mono.compile_check import _k2_variant
     from sgl_k3_mono.k2.flydsl.launch import fly_arguments, persistent_phases
 
-    _, args, meta = _k2_variant("mxfp4", "gfx950", rows, "gfx950", tp=tp, shapes_tp=tp)
+    _, args, meta = _k2_variant("mxfp4", "gfx950", rows, "gfx950", tp=tp, shapes_tp=tp, layout=layout)
     return fly_arguments(args, meta, phases=persistent_phases(tp))
 
 

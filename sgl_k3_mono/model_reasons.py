@@ -18,7 +18,8 @@ from sgl_k3_mono.dims import K3Dims
 PLAIN = "UnquantizedLinearMethod"
 """SGLang's quant method of a bf16 linear layer: the only one the launches read."""
 EXPERT_FORMATS = ("UnquantizedFusedMoEMethod", "Mxfp4MoEMethod")
-"""Routed-expert quant methods K2 reads (bf16, or MXFP4 in SGLang's unshuffled layout)."""
+"""Routed-expert quant methods K2 reads (bf16; MXFP4 in SGLang's loaded layout or AITER's
+preshuffles, k2/expert_layout.py)."""
 
 
 def language_model(model: Any) -> Any:
@@ -115,17 +116,48 @@ def _mla(r: _Reasons, where: str, attn: Any, d: K3Dims) -> None:
     r.linear(where, attn, "o_proj", (d.hidden, d.mla_out_local))
 
 
-def _aiter_layout(w13: Any, inter: int) -> str:
-    """Which AITER layout: the shuffle from the environment SGLang read at load (the same
-    variables, the same precedence), the padded width from the tensor itself."""
-    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
+    """AITER's preshuffled MXFP4 experts (SGLang's default on gfx950), which K2 reads in
+    place (k2/expert_layout.py): the shuffle SGLang picked from the environment at load (the
+    same variables, the same precedence), I_pad from the tensor, the 2-D scales it holds."""
+    from sgl_k3_mono.k2.expert_layout import check_dims, code_of
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, scale_cols
 
-    kind = AiterLayout.from_env(inter, os.environ).kind
-    pad = w13.shape[1] // 2 if getattr(w13, "ndim", 0) == 3 else inter
+    E, L, I = d.experts, d.latent, d.expert_inter_local
+    w13 = getattr(experts, "w13_weight", None)
+    kind = AiterLayout.from_env(I, os.environ).kind
+    ip = w13.shape[1] // 2 if getattr(w13, "ndim", 0) == 3 else I
     try:
-        return AiterLayout(kind, inter, pad).describe()
+        what = AiterLayout(kind, I, ip).describe()
     except ValueError:
-        return f"{kind}, expert width {pad} for {inter}: no layout SGLang 0.5.23 builds"
+        r.add(where, f"experts hold AITER's {kind} MXFP4 preshuffle at expert width {ip} for {I}: no layout "
+              "SGLang 0.5.23 builds")
+        return
+    why = check_dims(code_of(kind), inter_up=ip, latent=L)
+    if why:
+        r.add(where, f"experts hold {what}; K2 reads it in place only with " + "; ".join(why))
+        return
+    rows = lambda n: -(-n // 256) * 256 if kind == "generic" else n  # noqa: E731
+    before = len(r.lines)
+    r.tensor(where, "experts.w13_weight", w13, (E, 2 * ip, L // 2), "uint8")
+    r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),
+             (rows(E * 2 * ip), scale_cols(kind, L // 32)), "uint8")
+    r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, ip // 2), "uint8")
+    r.tensor(where, "experts.w2_weight_scale", getattr(experts, "w2_weight_scale", None),
+             (rows(E * L), scale_cols(kind, ip // 32)), "uint8")
+    if len(r.lines) > before:
+        return
+    from sgl_k3_mono.reference.experts import Mxfp4Experts
+    from sgl_k3_mono.reference.mxfp4 import nan_scale_count
+
+    store = Mxfp4Experts.from_sglang(w13, experts.w13_weight_scale, experts.w2_weight, experts.w2_weight_scale,
+                                     I, kind)
+    for name, s in zip(("w13_weight_scale", "w2_weight_scale"), store.real_scales()):
+        n = nan_scale_count(s)
+        if n:
+            r.add(where, f"experts.{name} holds {n} NaN scales (E8M0 255) where the weights use them ({what}); "
+                  "K2's MXFP4 decode does not carry NaN scales, so the weights are refused rather than served "
+                  "as finite numbers")
 
 
 def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
@@ -136,11 +168,8 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I), "bfloat16")
     elif method == "Mxfp4MoEMethod":
         w13 = getattr(experts, "w13_weight", None)
-        if getattr(w13, "is_shuffled", False) or getattr(experts, "w2_weight", None) is not None and \
-                getattr(experts.w2_weight, "is_shuffled", False):
-            r.add(where, f"experts hold AITER's preshuffled MXFP4 layout ({_aiter_layout(w13, I)}); K2 reads "
-                  "SGLang's unshuffled MXFP4 layout [E, 2I, L/2] + ue8m0 scales (the preshuffle reader is not "
-                  "in this version; its reference: sgl_k3_mono.reference.mxfp4_aiter)")
+        if experts_shuffled(experts):
+            _aiter_experts(r, where, experts, d)
             return
         r.tensor(where, "experts.w13_weight", w13, (E, 2 * I, L // 2), "uint8")
         r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),
@@ -151,6 +180,12 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         _nan_scales(r, where, experts)
     else:
         r.add(where, f"routed experts use {method}; K2 reads {list(EXPERT_FORMATS)}")
+
+
+def experts_shuffled(experts: Any) -> bool:
+    """SGLang tagged the FusedMoE's MXFP4 tensors as AITER-preshuffled (on the Parameters:
+    their .data is a fresh tensor without the tag)."""
+    return any(getattr(getattr(experts, n, None), "is_shuffled", False) for n in ("w13_weight", "w2_weight"))
 
 
 def _nan_scales(r: _Reasons, where: str, experts: Any) -> None:

@@ -20,6 +20,9 @@ def test_every_width_tp_mode_and_format_is_a_member(target):
             assert {f"k2-{fmt}-tp{tp}-M{m}" for fmt in ce.FORMATS} <= names
             assert {f"k1-{mode}-add-tp{tp}-M{m}" for mode in ce.MODES} <= names
     assert {f"k1-{mode}-{kind}-tp8-M8" for mode in ce.MODES for kind in ce.KINDS} <= names
+    # gfx950: the MXFP4 experts in the AITER layouts SGLang leaves there too, at every width
+    aiter = {f"k2-mxfp4-{lay}-tp8-M{m}" for lay in ("a16w4-512", "generic-512", "generic-384") for m in WIDTHS}
+    assert aiter <= names if target == "gfx950" else not aiter & names
 
 
 def test_groups_follow_the_tile_classes():
@@ -50,3 +53,4 @@ def test_flydsl_refusals_are_listed_not_compiled():
     assert not any("bf16" in n for n in names)
     assert any("bf16" in r and "MXFP4 routed experts only" in r for r in refused)
     assert {f"fly-every-k2-mxfp4-tp8-M{m}" for m in WIDTHS} <= set(names)
+    assert {f"fly-every-k2-mxfp4-a16w4-512-tp8-M{m}" for m in WIDTHS} <= set(names)  # SGLang's default there

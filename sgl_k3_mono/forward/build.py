@@ -26,7 +26,7 @@ from sgl_k3_mono.forward.layers import StepModel, from_model_views
 from sgl_k3_mono.forward.plan import IMPLS, MODES, StepBuffers, StepPlan
 from sgl_k3_mono.forward.warm import warm
 from sgl_k3_mono.k1.host import K1Plan, device_grid
-from sgl_k3_mono.k2.host import K2Peers, K2Plan, experts_alignment_ok, experts_scale_max
+from sgl_k3_mono.k2.host import K2Peers, K2Plan, experts_alignment_ok, experts_layout, experts_scale_max
 from sgl_k3_mono.reference.attn_res import SeamWeights
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ def plans_for(model: StepModel, widths: tuple[int, ...], step: ServerStep, *, tp
     mode = MODES[step.mode]
     # every MoE layer's experts: the plans below serve all of them (K2Plan.mma_experts)
     every = [lr.k2 for lr in model.layers if lr.k2 is not None]
-    experts_facts = dict(scale_max=experts_scale_max(every), experts_aligned=experts_alignment_ok(every))
+    experts_facts = dict(scale_max=experts_scale_max(every), experts_aligned=experts_alignment_ok(every),
+                         expert_layout=experts_layout(every))
     out = {}
     for w in widths:
         if w % step.tokens:

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from sgl_k3_mono.k2.expert_layout import check_dims, code_of
 from sgl_k3_mono.k2.options import check_overrides
 from sgl_k3_mono.k2.reference import K2RankWeights
 from sgl_k3_mono.k2.tiles import (_next_pow2, _pow2_divisor, _prefetch_bytes, default_tiles, fit_tiles,
@@ -73,6 +74,10 @@ class K2Plan:
     """Every layer's MXFP4 expert tensors sit where mma_fp4's 16-byte loads need them
     (experts_alignment_ok). Decided at build for all layers, like scale_max, so no layer can
     switch the launch to another variant (and a compile) inside a served step."""
+    expert_layout: int = 0
+    """Where the MXFP4 experts' bytes sit (k2/expert_layout.LAYOUT_CODES: 0 SGLang's plain
+    rows; 1 / 2 AITER's a16w4 / generic preshuffles, which SGLang leaves on gfx950 and the
+    launch reads in place). One for every layer (experts_layout)."""
 
     def __post_init__(self):
         if not 1 <= self.rows <= MAX_ROWS:
@@ -84,11 +89,16 @@ class K2Plan:
         bad = [f"{k}={v} (a multiple of {m})" for k, (v, m) in tiles.items() if v % m]
         if bad:
             raise ValueError("K2Plan: the Triton tiles need " + ", ".join(bad))
+        if self.expert_layout and not self.mxfp4:
+            raise ValueError("K2Plan: an expert layout other than plain is an MXFP4 one")
+        why = check_dims(self.expert_layout, inter_up=self.inter_up, latent=self.latent)
+        if why:
+            raise ValueError(f"K2Plan: expert layout {self.expert_layout} needs " + "; ".join(why))
 
     @classmethod
     def for_weights(cls, w: K2RankWeights, rows: int, *, isa: str, bank_rows: int, grid: int,
                     tp: int = 1, scale_max: Optional[int] = None,
-                    experts_aligned: Optional[bool] = None) -> "K2Plan":
+                    experts_aligned: Optional[bool] = None, expert_layout: Optional[int] = None) -> "K2Plan":
         """The plan for layers shaped like `w`. `scale_max` and `experts_aligned`: the
         functions of those names over every layer the plan will run (default: `w`'s alone,
         right only for a one-layer plan)."""
@@ -103,12 +113,13 @@ class K2Plan:
             raise ValueError("K2Plan: no latent norm weight: the launch always applies the latent RMSNorm")
         smax = experts_scale_max([w]) if scale_max is None else scale_max
         aligned = experts_alignment_ok([w]) if experts_aligned is None else experts_aligned
+        xl = experts_layout([w]) if expert_layout is None else expert_layout
         return cls(rows=rows, isa=isa, hidden=w.o_proj.shape[0], attn_width=w.o_proj.shape[1],
                    shared2=w.moe.shared_gate_up.shape[0], experts=w.moe.router.shape[0],
                    latent=w.moe.latent_down.shape[0], inter=ex.inter,
                    inter_up=(ex.w13.shape[1] // 2), top_k=p.top_k, bank_rows=bank_rows, eps=p.eps,
                    situ_beta=p.situ_beta, situ_linear_beta=p.situ_linear_beta, mxfp4=mx, grid=grid, tp=tp,
-                   scale_max=smax, experts_aligned=aligned)
+                   scale_max=smax, experts_aligned=aligned, expert_layout=xl)
 
     @property
     def mma_experts(self) -> bool:
@@ -120,8 +131,8 @@ class K2Plan:
                             experts=self.experts, inter=self.inter, grid=self.grid, mma=True)
         tiles = fit_tiles(tiles, hidden=self.hidden, shared2=self.shared2, experts=self.experts, latent=self.latent,
                           inter=self.inter, mma=True)
-        return (self.mxfp4 and self.isa == "sm_90" and self.scale_max <= MMA_SCALE_MAX and self.experts_aligned
-                and bool(tiles["MMA"]))
+        return (self.mxfp4 and self.isa == "sm_90" and self.expert_layout == 0 and self.scale_max <= MMA_SCALE_MAX
+                and self.experts_aligned and bool(tiles["MMA"]))
 
 
 def experts_scale_max(layers) -> int:
@@ -131,9 +142,18 @@ def experts_scale_max(layers) -> int:
     out = 0
     for w in layers:
         ex = w.moe.experts
-        if isinstance(ex, Mxfp4Experts):
+        if isinstance(ex, Mxfp4Experts) and ex.layout == "plain":  # mma_fp4 reads no other layout
             out = max(out, int(ex.w13_scale.max()), int(ex.w2_scale.max()))
     return out
+
+
+def experts_layout(layers) -> int:
+    """The expert layout code every MXFP4 layer of `layers` holds (0 without any): a plan
+    serves them all, so layers that disagree are refused here, at build."""
+    codes = {code_of(w.moe.experts.layout) for w in layers if isinstance(w.moe.experts, Mxfp4Experts)}
+    if len(codes) > 1:
+        raise ValueError(f"K2Plan: the MoE layers hold their experts in different layouts ({sorted(codes)})")
+    return codes.pop() if codes else 0
 
 
 def experts_alignment_ok(layers) -> bool:
@@ -479,7 +499,8 @@ class K2Launch:
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=NBB,
             STAGES=b["STAGES"], num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
-            SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 else 1,
+            SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 and not pl.expert_layout else 1,
+            XL=pl.expert_layout,
             MMA=bool(b.get("MMA", 0)), NT=32 * b["num_warps"], KUX=b.get("KUX", 2), KUD=b.get("KUD", 1),
             KSX=b.get("KSX", 1), PF=b["PF"], BNF=b["BNF"], BNH=b["BNH"], XPD=b.get("XPD", 0) if b["MMA"] else 0,
             XPDD=b.get("XPDD", 0) if b["MMA"] else 0,

@@ -94,29 +94,56 @@ class DenseExperts(ExpertStore):
 
 @dataclass(frozen=True)
 class Mxfp4Experts(ExpertStore):
-    """MXFP4 experts as Mxfp4MoEMethod.create_weights lays them out (no preshuffle)."""
+    """MXFP4 experts as Mxfp4MoEMethod holds them: its loaded layout ("plain"), or on
+    gfx950 one of AITER's preshuffles ("a16w4", "generic"; reference/mxfp4_aiter.py),
+    which a rank holds as SGLang left it (`from_sglang` views its 2-D scales, no copy)."""
 
     w13: torch.Tensor
-    """[E, 2*I_pad, L/2] uint8: gate rows [0, inter), up rows [I_pad, I_pad+inter)."""
+    """[E, 2*I_pad, L/2] uint8: gate rows [0, inter), up rows [I_pad, I_pad+inter) (in the
+    AITER layouts, those rows' bytes where the shuffle put them)."""
     w13_scale: torch.Tensor
-    """[E, 2*I_pad, L/32] uint8 E8M0."""
+    """[E, 2*I_pad, C'] uint8 E8M0, C' = L/32 (generic: rounded up to 8)."""
     w2: torch.Tensor
     """[E, L, I_pad/2] uint8: columns [0, inter) are real."""
     w2_scale: torch.Tensor
-    """[E, L, I_pad/32] uint8 E8M0."""
+    """[E, L, C'] uint8 E8M0, C' = I_pad/32 (generic: rounded up to 8)."""
     inter: int
     """True (unpadded) intermediate width."""
+    layout: str = "plain"
+    """"plain" (SGLang's loaded layout), "a16w4" or "generic" (AITER's preshuffles)."""
 
     def __post_init__(self):
+        from sgl_k3_mono.reference.mxfp4_aiter import LAYOUTS, scale_cols
+
+        if self.layout != "plain" and self.layout not in LAYOUTS:
+            raise ValueError(f"Mxfp4Experts: layout {self.layout!r} is not 'plain' or one of {LAYOUTS}")
         for t in (self.w13, self.w13_scale, self.w2, self.w2_scale):
             if t.dtype != torch.uint8:
                 raise ValueError(f"Mxfp4Experts: packed weights and scales must be uint8, got {t.dtype}")
-            if getattr(t, "is_shuffled", False):
-                raise ValueError("Mxfp4Experts: AITER-preshuffled experts (is_shuffled) are not decoded yet")
+            if self.layout == "plain" and getattr(t, "is_shuffled", False):
+                raise ValueError("Mxfp4Experts: a tensor tagged is_shuffled (AITER-preshuffled) held as the plain "
+                                 "layout")
         e, rows, half_l = self.w13.shape
         if rows % 2 or self.inter > rows // 2 or self.w2.shape[:2] != (e, half_l * 2):
             raise ValueError(f"Mxfp4Experts: w13 {tuple(self.w13.shape)}, w2 {tuple(self.w2.shape)}, "
                              f"inter={self.inter} disagree")
+        if self.layout != "plain":
+            ip, lat = rows // 2, half_l * 2
+            want = ((e, rows, scale_cols(self.layout, lat // 32)), (e, lat, scale_cols(self.layout, ip // 32)))
+            if (tuple(self.w13_scale.shape), tuple(self.w2_scale.shape)) != want or self.w2.shape[2] != ip // 2:
+                raise ValueError(f"Mxfp4Experts: {self.layout} scales {tuple(self.w13_scale.shape)} / "
+                                 f"{tuple(self.w2_scale.shape)}, w2 {tuple(self.w2.shape)} are not {want}")
+
+    @classmethod
+    def from_sglang(cls, w13, w13_scale, w2, w2_scale, inter: int, layout: str = "plain") -> "Mxfp4Experts":
+        """The store over FusedMoE's tensors as they are; AITER's 2-D scales viewed 3-D."""
+        if layout != "plain":
+            from sgl_k3_mono.reference.mxfp4_aiter import expert_view
+
+            e, rows, half_l = w13.shape
+            w13_scale = expert_view(w13_scale, layout, e, rows, half_l * 2 // 32)
+            w2_scale = expert_view(w2_scale, layout, e, half_l * 2, rows // 2 // 32)
+        return cls(w13, w13_scale, w2, w2_scale, inter, layout)
 
     @property
     def num_experts(self) -> int:
@@ -126,12 +153,43 @@ class Mxfp4Experts(ExpertStore):
     def latent(self) -> int:
         return self.w13.shape[2] * 2
 
+    @property
+    def inter_pad(self) -> int:
+        return self.w13.shape[1] // 2
+
+    def plain(self, e: int) -> tuple[torch.Tensor, ...]:
+        """Expert e's (w13, w13_scale, w2, w2_scale) in the plain layout at I_pad."""
+        if self.layout == "plain":
+            return self.w13[e], self.w13_scale[e], self.w2[e], self.w2_scale[e]
+        from sgl_k3_mono.reference.mxfp4_aiter import plain_expert
+
+        p = plain_expert(self.w13[e], self.w13_scale[e], self.w2[e], self.w2_scale[e], self.layout,
+                         latent=self.latent, inter_pad=self.inter_pad)
+        return p.w13, p.w13_scale, p.w2, p.w2_scale
+
     def weights(self, e):
         self._check_expert(e)
-        return (mxfp4.dequant_w13(self.w13[e], self.w13_scale[e], self.inter),
-                mxfp4.dequant_w2(self.w2[e], self.w2_scale[e], self.inter))
+        w13, s13, w2, s2 = self.plain(e)
+        return mxfp4.dequant_w13(w13, s13, self.inter), mxfp4.dequant_w2(w2, s2, self.inter)
+
+    def real_scales(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every expert's scales the weights use (gate and up rows, w2's real groups), the
+        padding left out (AITER's may hold anything), as plain [E, 2 inter, L/32] and
+        [E, L, inter/32]; the AITER layouts' are unshuffled copies."""
+        ip, g2 = self.inter_pad, -(-self.inter // mxfp4.GROUP)
+        if self.layout == "plain":
+            s13, s2 = self.w13_scale, self.w2_scale
+        else:
+            from sgl_k3_mono.reference.mxfp4_aiter import plain_scales
+
+            s13 = plain_scales(self.w13_scale, self.layout, True, self.latent // mxfp4.GROUP)
+            s2 = plain_scales(self.w2_scale, self.layout, False, ip // mxfp4.GROUP)
+        rows = _rank_rows(self.inter, ip, 0, 1).to(s13.device)
+        return s13[:, rows], s2[:, :, :g2]
 
     def shard(self, rank, tp):
+        if self.layout != "plain":
+            raise ValueError(f"Mxfp4Experts.shard: a {self.layout} store is one rank's, as AITER shuffled it")
         # w2 is sharded in whole scale groups: the loader narrows bytes and scales alike.
         il = _check_split(self.inter, tp, "Mxfp4Experts", group=mxfp4.GROUP)
         rows = _rank_rows(self.inter, self.w13.shape[1] // 2, rank, tp)

@@ -161,14 +161,22 @@ class MoeWeights:
         if ex.w13_weight.dtype == torch.uint8:
             qm = ex.quant_method
             # Marlin, triton_kernels and the SM90/SM120 cutlass runners repack after loading
-            # without an is_shuffled tag; AITER's preshuffle is tagged (refused by the store).
+            # without an is_shuffled tag; AITER's preshuffle is tagged, its kind read from the
+            # environment as SGLang read it at load (the store reads it in place).
             if getattr(qm, "_fi_kernel", None) or getattr(qm, "use_marlin", False) \
                     or getattr(qm, "use_triton_kernels", False):
                 raise ValueError("MoeWeights.from_sglang: these MXFP4 experts were repacked for "
                                  f"{type(qm).__name__} ({getattr(qm, '_fi_kernel', None) or 'marlin/triton_kernels'}); "
                                  "only the plain loaded layout is decoded")
-            store = Mxfp4Experts(ex.w13_weight.data, ex.w13_weight_scale.data, ex.w2_weight.data,
-                                 ex.w2_weight_scale.data, ex.intermediate_size_per_partition)
+            layout = "plain"
+            if getattr(ex.w13_weight, "is_shuffled", False) or getattr(ex.w2_weight, "is_shuffled", False):
+                import os
+
+                from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
+                layout = AiterLayout.from_env(ex.intermediate_size_per_partition, os.environ).kind
+            store = Mxfp4Experts.from_sglang(ex.w13_weight.data, ex.w13_weight_scale.data, ex.w2_weight.data,
+                                             ex.w2_weight_scale.data, ex.intermediate_size_per_partition, layout)
         else:
             store = DenseExperts(ex.w13_weight.data, ex.w2_weight.data)
         cfg, act = moe.topk.topk_config, moe.shared_experts.act_fn

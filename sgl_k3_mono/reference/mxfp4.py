@@ -11,8 +11,9 @@ A nibble is sign (bit 3) and a 3-bit magnitude code indexing `E2M1_MAGNITUDES`.
 
 What SGLang does after loading depends on the backend: AITER (gfx950) preshuffles both
 tensors (`shuffle_weight_a16w4` / `shuffle_scale_a16w4`, tagged `is_shuffled`), Marlin
-and the SM90/SM120 cutlass paths repack. Those layouts are not decoded here: a tensor
-tagged `is_shuffled` is refused with ValueError.
+and the SM90/SM120 cutlass paths repack. This module decodes the plain layout only (a
+tensor tagged `is_shuffled` is refused with ValueError); `mxfp4_aiter.py` states AITER's
+permutations and undoes them, and `experts.Mxfp4Experts` reads a store in either.
 """
 
 from __future__ import annotations

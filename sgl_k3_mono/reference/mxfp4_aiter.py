@@ -30,8 +30,12 @@ These are facts about AITER's `aiter.ops.shuffle` functions as SGLang 0.5.23 cal
 `shuffle_weight(w, is_guinterleave=False, gate_up=..)`, `shuffle_scale(s, experts_cnt=E,
 is_guinterleave=False, gate_up=..)`); AITER does not install on a CPU machine, so the
 functions here are this project's own statement of those permutations, each tested to
-be a bijection that the dequantizer inverts exactly. K2 reads none of these layouts yet:
-model_reasons refuses them per layer, naming the layout.
+be a bijection that the dequantizer inverts exactly. SGLang holds both kinds' scales as 2-D
+tensors (it shuffles `scale.view(-1, K/32)`): a16w4's [E R, K/32], generic's padded
+[round_up(E R, 256), round_up(K/32, 8)] (AITER fills that padding with `torch.empty`, so it
+holds whatever the allocator left). K2 reads these layouts in place through
+k2/expert_layout.py's offsets, which tests/launch/test_expert_layout.py holds to the
+permutations stated here.
 """
 
 from __future__ import annotations
@@ -163,9 +167,10 @@ def shuffle_scale_generic(s: torch.Tensor) -> torch.Tensor:
 
 
 def unshuffle_scale_generic(s: torch.Tensor, experts: int, rows: int, cols: int) -> torch.Tensor:
-    """Inverse of shuffle_scale_generic, dropping the padding: -> [experts, rows, cols]."""
+    """Inverse of shuffle_scale_generic, dropping the padding: -> [experts, rows, cols].
+    Any whole 32-row run of the shuffled rows unshuffles alone (one expert's, rows % 32)."""
     sr, sc = s.shape
-    if sr % 256 or sc % 8 or sr < experts * rows or sc < cols:
+    if sr % 32 or sc % 8 or sr < experts * rows or sc < cols:
         raise ValueError(f"mxfp4_aiter: generic scales {tuple(s.shape)} cannot hold [{experts}, {rows}, {cols}]")
     v = s.reshape(sr // 32, sc // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2)
     return v.reshape(sr, sc)[:experts * rows, :cols].reshape(experts, rows, cols).contiguous()
@@ -184,10 +189,11 @@ class HeldExperts:
 
 
 def shuffle(plain: HeldExperts, layout: AiterLayout) -> HeldExperts:
-    """SGLang's unshuffled tensors (at I_pad) -> what AITER's post-load leaves."""
+    """SGLang's unshuffled tensors (at I_pad) -> what AITER's post-load leaves (2-D scales)."""
     if layout.kind == "a16w4":
-        return HeldExperts(shuffle_weight_a16w4(plain.w13, True), shuffle_scale_a16w4(plain.w13_scale, True),
-                           shuffle_weight_a16w4(plain.w2, False), shuffle_scale_a16w4(plain.w2_scale, False))
+        s13, s2 = shuffle_scale_a16w4(plain.w13_scale, True), shuffle_scale_a16w4(plain.w2_scale, False)
+        return HeldExperts(shuffle_weight_a16w4(plain.w13, True), s13.reshape(-1, s13.shape[-1]),
+                           shuffle_weight_a16w4(plain.w2, False), s2.reshape(-1, s2.shape[-1]))
     return HeldExperts(shuffle_weight_generic(plain.w13), shuffle_scale_generic(plain.w13_scale),
                        shuffle_weight_generic(plain.w2), shuffle_scale_generic(plain.w2_scale))
 
@@ -199,8 +205,10 @@ def unshuffle(held: HeldExperts, layout: AiterLayout, *, latent: int) -> HeldExp
         raise ValueError(f"mxfp4_aiter: w13 {tuple(held.w13.shape)} / w2 {tuple(held.w2.shape)} do not hold "
                          f"{layout} at L={latent}")
     if layout.kind == "a16w4":
-        return HeldExperts(unshuffle_weight_a16w4(held.w13, True), unshuffle_scale_a16w4(held.w13_scale, True),
-                           unshuffle_weight_a16w4(held.w2, False), unshuffle_scale_a16w4(held.w2_scale, False))
+        s13 = held.w13_scale.reshape(e, 2 * ip, latent // 32)
+        s2 = held.w2_scale.reshape(e, latent, ip // 32)
+        return HeldExperts(unshuffle_weight_a16w4(held.w13, True), unshuffle_scale_a16w4(s13, True),
+                           unshuffle_weight_a16w4(held.w2, False), unshuffle_scale_a16w4(s2, False))
     return HeldExperts(unshuffle_weight_generic(held.w13),
                        unshuffle_scale_generic(held.w13_scale, e, 2 * ip, latent // 32),
                        unshuffle_weight_generic(held.w2), unshuffle_scale_generic(held.w2_scale, e, latent, ip // 32))
@@ -214,3 +222,74 @@ def dequant_expert(held: HeldExperts, layout: AiterLayout, e: int, *, latent: in
     p = plain if plain is not None else unshuffle(held, layout, latent=latent)
     return (mxfp4.dequant_w13(p.w13[e], p.w13_scale[e], layout.inter),
             mxfp4.dequant_w2(p.w2[e], p.w2_scale[e], layout.inter))
+
+
+# ---- one expert of a K2 store, and a rank's store as SGLang leaves it ----------------------
+
+def scale_cols(kind: str, groups: int) -> int:
+    """Scale columns a layout holds for `groups` scale groups a row (generic pads to 8)."""
+    return _round_up(groups, 8) if kind == "generic" else groups
+
+
+def expert_view(s: torch.Tensor, kind: str, experts: int, rows: int, groups: int) -> torch.Tensor:
+    """SGLang's 2-D shuffled scales as [experts, rows, C'] (a view, no copy): a16w4's
+    [E R, K/32] reshaped; generic's first E R rows of its padded tensor."""
+    cols = scale_cols(kind, groups)
+    if s.dim() != 2 or s.shape[1] != cols or s.shape[0] < experts * rows:
+        raise ValueError(f"mxfp4_aiter: {kind} scales {tuple(s.shape)} do not hold [{experts}, {rows}, {cols}]")
+    return s[:experts * rows].view(experts, rows, cols)
+
+
+def plain_scales(s: torch.Tensor, kind: str, gate_up: bool, groups: int) -> torch.Tensor:
+    """Scales [E, R, C'] in `kind` (as expert_view leaves them) -> plain [E, R, groups]."""
+    if kind == "a16w4":
+        return unshuffle_scale_a16w4(s, gate_up)
+    if kind == "generic":
+        e, r, c = s.shape
+        return unshuffle_scale_generic(s.reshape(e * r, c), e, r, groups)
+    raise ValueError(f"mxfp4_aiter: kind {kind!r} is not one of {LAYOUTS}")
+
+
+def plain_expert(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: torch.Tensor, kind: str,
+                 *, latent: int, inter_pad: int) -> HeldExperts:
+    """One expert's tensors in `kind` (w13 [2 I_pad, L/2], s13 [2 I_pad, C'], w2, s2 as
+    expert_view leaves them) -> the plain layout at I_pad, scales' padding dropped."""
+    one = lambda t: t.unsqueeze(0)  # noqa: E731
+    if kind == "a16w4":
+        w13p, w2p = unshuffle_weight_a16w4(one(w13), True), unshuffle_weight_a16w4(one(w2), False)
+    elif kind == "generic":
+        w13p, w2p = unshuffle_weight_generic(one(w13)), unshuffle_weight_generic(one(w2))
+    else:
+        raise ValueError(f"mxfp4_aiter: kind {kind!r} is not one of {LAYOUTS}")
+    return HeldExperts(w13p[0], plain_scales(one(s13), kind, True, latent // 32)[0],
+                       w2p[0], plain_scales(one(s2), kind, False, inter_pad // 32)[0])
+
+
+def held_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: torch.Tensor,
+                     layout: AiterLayout, *, fill: int = 0) -> HeldExperts:
+    """A rank's plain unpadded MXFP4 experts (w13 [E, 2 I, L/2] gate then up, w2 [E, L, I/2],
+    scales alike) as SGLang 0.5.23 holds them after AITER's post-load: padded to I_pad
+    (padding bytes and scales `fill`: 255 makes every padded code -6 and every padded scale
+    NaN, so a reader that touches padding shows it) and shuffled, scales 2-D."""
+    e, two_i, half_l = w13.shape
+    i, ip, lat = two_i // 2, layout.inter_pad, half_l * 2
+    if i != layout.inter or tuple(w2.shape) != (e, lat, i // 2):
+        raise ValueError(f"mxfp4_aiter: w13 {tuple(w13.shape)} / w2 {tuple(w2.shape)} are not {layout}")
+
+    def pad_rows(t):
+        out = torch.full((e, 2 * ip, t.shape[2]), fill, dtype=t.dtype, device=t.device)
+        out[:, :i], out[:, ip:ip + i] = t[:, :i], t[:, i:]
+        return out
+
+    def pad_cols(t, cols):
+        out = torch.full((e, lat, cols), fill, dtype=t.dtype, device=t.device)
+        out[:, :, :t.shape[2]] = t
+        return out
+
+    plain = HeldExperts(pad_rows(w13), pad_rows(s13), pad_cols(w2, ip // 2), pad_cols(s2, ip // 32))
+    held = shuffle(plain, layout)
+    if layout.kind == "generic" and fill:  # AITER's scale padding is torch.empty: not zeros either
+        for name, rows, groups in (("w13_scale", e * 2 * ip, lat // 32), ("w2_scale", e * lat, ip // 32)):
+            real = shuffle_scale_generic(torch.ones(e, rows // e, groups, dtype=torch.uint8, device=w13.device))
+            getattr(held, name)[real == 0] = fill
+    return held

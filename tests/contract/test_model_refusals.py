@@ -126,22 +126,73 @@ def test_mxfp4_nan_scales_are_refused(model, swap):
         for name, n in (("w13_weight_scale", 3), ("w2_weight_scale", 1))]
 
 
-@pytest.mark.parametrize("env, layout", [
-    ({}, "AITER gate/up-interleaved a16w4 preshuffle, expert width {I} unpadded"),
-    ({"AITER_SITUV2_A4W4": "1"}, "AITER generic 16x16 preshuffle, expert width {I} unpadded"),
-])
-def test_aiter_preshuffled_mxfp4_is_refused(model, swap, monkeypatch, env, layout):
-    for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4"):
+def _aiter(swap, mlp, kind, pad=256, fill=0):
+    """The experts as SGLang 0.5.23's AITER post-load leaves them: padded, shuffled, 2-D
+    scales, tagged is_shuffled (reference/mxfp4_aiter.held_like_sglang)."""
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, held_like_sglang
+
+    E, two_i, L = mlp.experts.w13_weight.shape
+    I = two_i // 2
+    g = torch.Generator().manual_seed(0)
+    u8 = lambda *sh: torch.randint(0, 255, sh, generator=g, dtype=torch.uint8)  # noqa: E731 (no 255: no NaN)
+    h = held_like_sglang(u8(E, two_i, L // 2), u8(E, two_i, L // 32), u8(E, L, I // 2), u8(E, L, I // 32),
+                         AiterLayout(kind, I, -(-I // pad) * pad), fill=fill)
+    fake = FakeExperts(Mxfp4MoEMethod(), w13_weight=h.w13, w13_weight_scale=h.w13_scale, w2_weight=h.w2,
+                       w2_weight_scale=h.w2_scale)
+    fake.w13_weight.is_shuffled = fake.w2_weight.is_shuffled = True
+    fake.intermediate_size_per_partition = I
+    swap(mlp, "experts", fake)
+    return fake
+
+
+@pytest.fixture
+def aiter_env(monkeypatch):
+    for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4", "SGLANG_AITER_K3_OPT"):
         monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("pad, opt", [(256, False), (128, True)])
+def test_aiter_generic_preshuffle_is_read_in_place(model, swap, aiter_env, pad, opt):
+    """The generic 16 x 16 preshuffle (AITER_SITUV2_A4W4=1), padded or not: accepted; its
+    padding may hold NaN scale codes (AITER pads with torch.empty), the weights' may not."""
+    aiter_env.setenv("AITER_SITUV2_A4W4", "1")
+    if opt:
+        aiter_env.setenv("SGLANG_AITER_K3_OPT", "1")
     mlp = layer(model, 1).mlp
+    fake = _aiter(swap, mlp, "generic", pad, fill=255)
+    assert reasons(model) == []
+    from sgl_k3_mono.k2.views import rank_weights_from_sglang
+
+    assert rank_weights_from_sglang(layer(model, 1), rank=0, tp=1).moe.experts.layout == "generic"
+    fake.w2_weight_scale[0, 0] = 255  # expert 0, w2 row 0, group 0: a scale the weights use
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
     inter = mlp.experts.w13_weight.shape[1] // 2
-    _mxfp4(swap, mlp, shuffled=True)
-    assert reasons(model) == [f"layer 1: experts hold AITER's preshuffled MXFP4 layout "
-                              f"({layout.format(I=inter)}); K2 reads SGLang's unshuffled MXFP4 layout "
-                              "[E, 2I, L/2] + ue8m0 scales (the preshuffle reader is not in this version; its "
-                              "reference: sgl_k3_mono.reference.mxfp4_aiter)"]
+    what = AiterLayout.from_env(128, dict(AITER_SITUV2_A4W4="1", SGLANG_AITER_K3_OPT=str(int(opt)))).describe()
+    assert what.endswith("unpadded" if opt else "padded 128 -> 256") and inter == (128 if opt else 256)
+    assert reasons(model) == [f"layer 1: experts.w2_weight_scale holds 1 NaN scales (E8M0 255) where the weights "
+                              f"use them ({what}); K2's MXFP4 decode does not carry NaN scales, so the weights "
+                              "are refused rather than served as finite numbers"]
+
+
+def test_aiter_a16w4_preshuffle_off_its_blocks_is_refused(model, swap, aiter_env):
+    """k3-tiny's L 128 gives w13 scale rows of 4 groups, which a16w4's 8-group scale blocks
+    cannot hold (SGLang's AITER load fails on them too): refused by name."""
+    mlp = layer(model, 1).mlp
+    _aiter(swap, mlp, "generic")  # the tensors' shapes are the same; the environment says a16w4
+    assert reasons(model) == ["layer 1: experts hold AITER gate/up-interleaved a16w4 preshuffle, expert width "
+                              "padded 128 -> 256; K2 reads it in place only with a16w4 scale blocks of 8 groups: "
+                              "L/32 4, I_pad/32 8"]
+
+
+def test_aiter_scales_of_the_wrong_shape_are_refused(model, swap, aiter_env):
+    aiter_env.setenv("AITER_SITUV2_A4W4", "1")
+    mlp = layer(model, 1).mlp
+    fake = _aiter(swap, mlp, "generic")
+    swap(fake, "w13_weight_scale", fake.w13_weight_scale[:, :4].contiguous())
+    (line,) = reasons(model)
+    assert line.startswith("layer 1: experts.w13_weight_scale is uint8 [") and line.endswith(", 8]"), line
 
 
 def test_mla_layer(model, swap):

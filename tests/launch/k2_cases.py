@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from sgl_k3_mono.dims import K3Dims
-from sgl_k3_mono.k2.reference import K2Weights, k2_reference
+from sgl_k3_mono.k2.reference import K2RankWeights, K2Weights, k2_reference
 from sgl_k3_mono.numerics import measure, violations
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -57,12 +57,17 @@ class Case:
     tiles: str = ""
     """K2Launch.set_block overrides, e.g. "EXPERT_GEMV=0,DENSE_GEMV=0" (the tensor-core
     tiles the gfx950 Triton build uses); empty: the launch's defaults."""
+    layout: str = ""
+    """The MXFP4 experts as SGLang leaves them: "" its plain loaded layout; "a16w4",
+    "generic" AITER's preshuffles at I_pad = round_up(I_l, 256) ("generic-opt": 128, as
+    SGLANG_AITER_K3_OPT=1), padding filled with 0xff (NaN scales) so a read of it shows;
+    "plain-nomma": plain, on the path those take (mma_fp4 off by plan), to compare bits."""
 
     @property
     def name(self) -> str:
         return (f"{self.config}-M{self.rows}-{self.fmt}-{self.isa}-nvb{self.nvb}"
                 f"{'' if self.prefix else '-restart'}{'' if self.tp == 1 else f'-tp{self.tp}'}"
-                f"{'-' + self.tiles if self.tiles else ''}")
+                f"{'-' + self.tiles if self.tiles else ''}{'-' + self.layout if self.layout else ''}")
 
     def block(self) -> dict:
         return {k: int(v) for k, v in (kv.split("=") for kv in self.tiles.split(",") if kv)}
@@ -92,9 +97,10 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
                                      with_prefix=case.prefix, device=device)
     grid = grid or (torch.cuda.get_device_properties(0).multi_processor_count if str(device).startswith("cuda") else 4)
     if case.tp > 1:
-        return _run_tp(case, w, d, attn, bank, prefix, nb, grid, device)
-    rw = w.shard(0, 1)
-    launch = K2Launch.build(K2Plan.for_weights(rw, case.rows, isa=case.isa, bank_rows=nb, grid=grid), device)
+        return _run_tp(case, w, d, attn, bank, prefix, nb, grid, device, keep_out=keep_out)
+    rw = held_as(w.shard(0, 1), case.layout)
+    launch = K2Launch.build(K2Plan.for_weights(rw, case.rows, isa=case.isa, bank_rows=nb, grid=grid,
+                                               **plan_facts(case)), device)
     if case.tiles:
         launch.set_block(**case.block())
     out = torch.full((case.rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=device)
@@ -113,6 +119,30 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     if keep_out:  # the launch's own output, for launch-against-launch checks (not JSON)
         res["out"] = out.float().cpu()
     return res
+
+
+def held_as(rw: K2RankWeights, layout: str) -> K2RankWeights:
+    """A rank's weights with its MXFP4 experts held in `layout` (Case.layout), the way
+    SGLang's AITER post-load leaves them (reference/mxfp4_aiter.held_like_sglang)."""
+    if layout in ("", "plain-nomma"):
+        return rw
+    from sgl_k3_mono.reference.experts import Mxfp4Experts
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, held_like_sglang
+
+    kind, ex = layout.split("-")[0], rw.moe.experts
+    pad = 128 if layout.endswith("-opt") else 256
+    lay = AiterLayout(kind, ex.inter, -(-ex.inter // pad) * pad)
+    h = held_like_sglang(ex.w13, ex.w13_scale, ex.w2, ex.w2_scale, lay, fill=255)
+    store = Mxfp4Experts.from_sglang(h.w13, h.w13_scale, h.w2, h.w2_scale, ex.inter, kind)
+    return dataclasses.replace(rw, moe=dataclasses.replace(rw.moe, experts=store))
+
+
+def plan_facts(case: Case) -> dict:
+    """K2Plan.for_weights' build-time facts for the case: "plain-nomma" says its scales
+    are past mma_fp4's range, so the plan takes the path the AITER layouts take."""
+    from sgl_k3_mono.k2.host import MMA_SCALE_MAX
+
+    return {"scale_max": MMA_SCALE_MAX + 1} if case.layout == "plain-nomma" else {}
 
 
 def to_device(w: K2Weights, device) -> K2Weights:
@@ -147,15 +177,16 @@ def routing_agrees(ids: torch.Tensor, ref, w: K2Weights) -> bool:
     return True
 
 
-def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, grid: int, device) -> dict:
+def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, grid: int, device,
+            keep_out: bool = False) -> dict:
     """All `tp` ranks of one layer in this process, phase by phase, rank after rank; the
     reduces pull the other ranks' partials through the emulated peer address tables."""
     from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
     from sgl_k3_mono.k2.triton.frame import PHASES
 
     tp, al = case.tp, attn.shape[1] // case.tp
-    ranks = [w.shard(r, tp) for r in range(tp)]
-    plan = K2Plan.for_weights(ranks[0], case.rows, isa=case.isa, bank_rows=nb, grid=grid, tp=tp)
+    ranks = [held_as(w.shard(r, tp), case.layout) for r in range(tp)]
+    plan = K2Plan.for_weights(ranks[0], case.rows, isa=case.isa, bank_rows=nb, grid=grid, tp=tp, **plan_facts(case))
     peers = K2Peers.emulated(plan, device)
     launches = [K2Launch.build(plan, device, rank=r, peers=peers[r]) for r in range(tp)]
     for launch in launches:
@@ -175,6 +206,9 @@ def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, gr
                                    torch.sigmoid(ref.moe.router_logits.float().cpu()))
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = all(bool(torch.isfinite(o.float()).all()) for o in outs)
+    res["mma"] = bool(launches[0].tiles_used.get("MMA", 0))
+    if keep_out:
+        res["out"] = outs[0].float().cpu()
     return res
 
 

@@ -1,7 +1,8 @@
 """Runs K2 cases under Triton's CPU interpreter (phase by phase; with --persistent first,
 as the persistent launch on a one-program grid) and prints one JSON line per case. With
 --bitwise-vs TILES (after --persistent, if any) each case runs a second time with those
-tiles instead of its own, and the line says how many outputs of the two runs differ.
+tiles instead of its own (or, given "layout=L", with its experts held in layout L), and
+the line says how many outputs of the two runs differ.
 Started by test_k2.py in a fresh process with TRITON_INTERPRET=1."""
 
 import dataclasses
@@ -37,8 +38,9 @@ for spec in args:
     case = Case(**json.loads(spec))
     try:
         res = _run(case)
-        if against is not None:
-            other = _run(dataclasses.replace(case, tiles=against))
+        if against is not None:  # "layout=L": the same tiles, the experts held in layout L
+            other = _run(dataclasses.replace(case, layout=against[7:]) if against.startswith("layout=")
+                         else dataclasses.replace(case, tiles=against))
             res["apart_from"] = {"tiles": against, "apart": int((res.pop("out") != other.pop("out")).sum())}
     except Exception as e:  # report, let the test fail with the message
         res = {"error": f"{type(e).__name__}: {e}"}

@@ -34,6 +34,7 @@ case "${1:-}" in
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
 and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest3 450 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
+    OMP_NUM_THREADS=2 t k2-aiter 450 tests/launch/test_k2_expert_layouts.py -k gpu &
     OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
     wait ;;
   k2-one-gpu)  # one-gpu's K2 groups alone (when K1's code has not changed since its tests last passed)
@@ -44,6 +45,7 @@ and not seam_run_twice and not flat_dense" &
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
 and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest3 420 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
+    OMP_NUM_THREADS=2 t k2-aiter 420 tests/launch/test_k2_expert_layouts.py -k gpu &
     wait ;;
   *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu|k2-one-gpu" >&2; exit 2 ;;
 esac

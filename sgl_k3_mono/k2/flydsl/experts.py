@@ -1,7 +1,8 @@
 """K2 phases 4 and 5 (experts_up, experts_down with the shared down) for gfx950, as the
-Triton kernel's, on the MXFP4 routed experts in the plain layout K2 reads today:
-w13 bytes [E, 2 I_pad, L/2] (gate rows, then up rows from I_UP), ue8m0 scales
-[E, rows, L/32]; w2 bytes [E, L, I/2], scales [E, L, I/32].
+Triton kernel's, on the MXFP4 routed experts where SGLang leaves them: its plain layout
+(w13 bytes [E, 2 I_pad, L/2], gate rows then up rows from I_UP, ue8m0 scales
+[E, rows, L/32]; w2 bytes [E, L, I_pad/2], scales [E, L, I_pad/32]), or AITER's a16w4 or
+generic preshuffle (XL; k2/expert_layout.py), read in place.
 
 An expert routed by several rows is computed once for all the step's rows: the items
 are (distinct expert n, tile), spread round-robin over the grid, n numbered by
@@ -21,7 +22,8 @@ import flydsl.expr as fx
 from flydsl.expr import range_constexpr
 
 from sgl_k3_mono.k2.flydsl.block import situ
-from sgl_k3_mono.k2.flydsl.geometry import BN, EXPERT_BI, EXPERT_BL, IDS, KC, LIST, ROWS, out_col, out_row
+from sgl_k3_mono.k2.flydsl.geometry import (BN, EXPERT_BI, EXPERT_BL, IDS, KC, LIST, ROWS, expert_rows, out_col,
+                                             out_row, up_row)
 from sgl_k3_mono.k2.flydsl.tile import bf16_rows, load16, load_f32x8, mxfp4_rows, tile_sum, tile_sum2, wave_acc
 from sgl_k3_mono.runtime.flydsl_sync import _device
 
@@ -35,7 +37,7 @@ def _b_row(rsrc, row_byte):
 
 @_device
 def experts_up_phase(M, n_e, ints, xin_r, w13_r, sc13_r, act_p, s13_e, s13_n, ssc13_e, ssc13_n, red,
-                     L: int, I: int, I_UP: int, BETA: float, LBETA: float):
+                     L: int, I: int, I_UP: int, BETA: float, LBETA: float, XL: int = 0):
     tid = fx.thread_idx.x
     bid = fx.block_idx.x
     nblk = fx.grid_dim.x
@@ -45,14 +47,16 @@ def experts_up_phase(M, n_e, ints, xin_r, w13_r, sc13_r, act_p, s13_e, s13_n, ss
     m_out = out_col(tid)
     tiles = I // EXPERT_BI
     load_x = _b_row(xin_r, m_in * (L * 2))
+    up0 = up_row(I_UP, XL)
     for item in range(bid, n_e * tiles, nblk):
         n = item // tiles
         i0 = (item % tiles) * EXPERT_BI
         e = fx.Int32(fx.ptr_load(ints.ptr + (LIST + n)))
         gate = i0 + r16
-        up = I_UP + i0 + r16
-        g, u = tile_sum2(mxfp4_rows(w13_r, e * s13_e + gate * s13_n, sc13_r, e * ssc13_e + gate * ssc13_n),
-                         mxfp4_rows(w13_r, e * s13_e + up * s13_n, sc13_r, e * ssc13_e + up * ssc13_n),
+        up = up0 + i0 + r16
+        gw, gs = expert_rows(e, gate, s13_e, s13_n, ssc13_e, ssc13_n, XL, True)
+        uw, us = expert_rows(e, up, s13_e, s13_n, ssc13_e, ssc13_n, XL, True, up=XL == 1)
+        g, u = tile_sum2(mxfp4_rows(w13_r, gw, sc13_r, gs, XL), mxfp4_rows(w13_r, uw, sc13_r, us, XL),
                          load_x, L, red)
         if m_out < M:
             (act_p + ((n * ROWS + m_out) * I + i0 + n_loc)).store(fx.BFloat16(situ(g, u, BETA, LBETA)))
@@ -61,7 +65,7 @@ def experts_up_phase(M, n_e, ints, xin_r, w13_r, sc13_r, act_p, s13_e, s13_n, ss
 @_device
 def experts_down_phase(M, n_e, ints, act_r, w2_r, sc2_r, y_p, s2_e, s2_n, ssc2_e, ssc2_n,
                        gu_r, wsd_r, s_wsd, part2_p, red,
-                       H: int, S2: int, L: int, I: int, TOPK: int, BETA: float, LBETA: float):
+                       H: int, S2: int, L: int, I: int, TOPK: int, BETA: float, LBETA: float, XL: int = 0):
     tid = fx.thread_idx.x
     bid = fx.block_idx.x
     nblk = fx.grid_dim.x
@@ -85,7 +89,8 @@ def experts_down_phase(M, n_e, ints, act_r, w2_r, sc2_r, y_p, s2_e, s2_n, ssc2_e
             l0 = (item % ltiles) * EXPERT_BL + wave * BN
             e = fx.Int32(fx.ptr_load(ints.ptr + (LIST + n)))
             row = l0 + r16
-            acc = wave_acc(mxfp4_rows(w2_r, e * s2_e + row * s2_n, sc2_r, e * ssc2_e + row * ssc2_n),
+            ww, ws = expert_rows(e, row, s2_e, s2_n, ssc2_e, ssc2_n, XL, False)
+            acc = wave_acc(mxfp4_rows(w2_r, ww, sc2_r, ws, XL),
                            _b_row(act_r, ((n * ROWS + m_in) * I) * 2), 0, I // KC, 1)
             # this lane's column is step row r16: its slot naming e, if it routed to e
             slot = fx.Int32(0)

@@ -8,6 +8,8 @@ install brings), so host code must not import FlyDSL just to check a shape.
 
 from __future__ import annotations
 
+from sgl_k3_mono.k2.expert_layout import chunk_stride, scale_col, scale_row, up_offsets, weight_row
+
 PHASES = ("o_proj", "seam", "front", "route", "experts_up", "experts_down", "combine", "reduce", "latent_up")
 """K2's phases in launch order: the Triton kernel's numbering (launch.py checks they agree),
 which is also the phase id in the stall switch and the error record."""
@@ -99,3 +101,32 @@ def barrier_plan(mask: int, tp: int) -> dict:
         plan[p] = dict(barrier=i + 1 < len(ran) or publish, publish=publish,
                        wait=tp > 1 and ((p == "seam" and "o_proj" in ran) or (p == "reduce" and "combine" in ran)))
     return plan
+
+
+# ---- where an MXFP4 expert's bytes sit (k2/expert_layout.py's layouts) --------------------
+
+def expert_rows(e, row, w_e: int, w_n: int, s_e: int, s_n: int, XL: int, gate_up: bool, up: bool = False):
+    """(weight, scale) byte offsets of expert e's row (w13: within its gate or, with `up`,
+    a16w4's up half) in layout XL, from the tensors' first bytes, for tile.mxfp4_rows. The
+    plain layout's are the expressions the kernel always had (the same ISA)."""
+    if XL == 0:
+        return e * w_e + row * w_n, e * s_e + row * s_n
+    uw, us = up_offsets(0, w_n, s_n, XL) if up else (0, 0)
+    return e * w_e + uw + weight_row(row, w_n, XL, gate_up), e * s_e + us + scale_row(row, s_n, XL, gate_up)
+
+
+def up_row(i_up: int, XL: int) -> int:
+    """Row of w13's up half that `expert_rows` adds to a gate row: I_UP in row order; a16w4
+    reaches its up half by `up` instead (the next 16-row block)."""
+    return 0 if XL == 1 else i_up
+
+
+def mxfp4_offsets(row_byte, s_row_byte, k, XL: int = 0):
+    """(16-byte load, scale dword, the scale byte's shift in it) of a row's 32 codes from
+    column k (a multiple of 32): the plain layout's 4 lane groups share one aligned dword of
+    scales (s_row_byte % 4 == 0); AITER's keep a row's 16 bytes together, 256 bytes a step,
+    and its scale is one byte of the aligned dword around scale_col's offset."""
+    if XL == 0:
+        return row_byte + k // 2, s_row_byte + (k // KC) * 4, ((k // 32) % 4) * 8
+    off = s_row_byte + scale_col(k // 32, XL)
+    return row_byte + (k // 32) * chunk_stride(XL), off - off % 4, (off % 4) * 8

@@ -102,7 +102,8 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   L: fx.Constexpr[int], I: fx.Constexpr[int], I_UP: fx.Constexpr[int], TOPK: fx.Constexpr[int],
                   NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
                   BETA: fx.Constexpr[float], LBETA: fx.Constexpr[float],
-                  FRONT_BF16: fx.Constexpr[bool], MIX_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int]):
+                  FRONT_BF16: fx.Constexpr[bool], MIX_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int],
+                  XL: fx.Constexpr[int]):
     tid = fx.thread_idx.x
     bid = fx.block_idx.x
     nblk = fx.grid_dim.x
@@ -196,7 +197,7 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
         fr.start("experts_up")
         n_e = distinct(M, fx.get_iter(ids), fx.get_iter(owner), ints, TOPK)
         experts_up_phase(M, n_e, ints, _rsrc(xin), _rsrc(w13), _rsrc(sc13), fx.get_iter(act),
-                         s13_e, s13_n, ssc13_e, ssc13_n, red_lds, L, I, I_UP, BETA, LBETA)
+                         s13_e, s13_n, ssc13_e, ssc13_n, red_lds, L, I, I_UP, BETA, LBETA, XL)
         fr.end("experts_up")
 
     # ---- 5: experts_down, and the shared experts' down ----------------------------------
@@ -206,7 +207,7 @@ def k2_fly_kernel(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
         experts_down_phase(M, n_e, ints, _rsrc(act), _rsrc(w2), _rsrc(sc2), fx.get_iter(y),
                            s2_e, s2_n, ssc2_e, ssc2_n, _rsrc(gu), _rsrc(wsd), s_wsd,
                            fx.get_iter(part2) + (epoch % 2) * slot2, red_lds,
-                           H, S2, L, I, TOPK, BETA, LBETA)
+                           H, S2, L, I, TOPK, BETA, LBETA, XL)
         fr.end("experts_down")
 
     # ---- 6: combine -------------------------------------------------------------------
@@ -285,10 +286,10 @@ def k2_fly_launch(attn: fx.Tensor, bank: fx.Tensor, prefix: fx.Tensor,
                   NB: fx.Constexpr[int], TP: fx.Constexpr[int], EPS: fx.Constexpr[float],
                   BETA: fx.Constexpr[float], LBETA: fx.Constexpr[float],
                   FRONT_BF16: fx.Constexpr[bool], MIX_BF16: fx.Constexpr[bool], PHASE_MASK: fx.Constexpr[int],
-                  GRID: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
+                  XL: fx.Constexpr[int], GRID: fx.Constexpr[int], stream: fx.Stream = fx.Stream(None)):
     k2_fly_kernel(attn, bank, prefix, wo, proj, rnorm, onorm, wgu, wr, wdn, bias, w13, sc13, w2, sc2, wsd, lnorm,
                   wup, part1, p, h2, gu, logits, xin, ids, wts, owner, act, y, part2, out, peer1, peer2, flags, red,
                   sync, M, nvb, has_prefix, err_addr, deadline_ns, rank, layer, stall, s_wo, s_wgu, s_wr, s_wdn,
                   s13_e, s13_n, ssc13_e, ssc13_n, s2_e, s2_n, ssc2_e, ssc2_n, s_wsd, s_wup, slot1, slot2,
-                  H, A, S2, E, L, I, I_UP, TOPK, NB, TP, EPS, BETA, LBETA, FRONT_BF16, MIX_BF16, PHASE_MASK,
+                  H, A, S2, E, L, I, I_UP, TOPK, NB, TP, EPS, BETA, LBETA, FRONT_BF16, MIX_BF16, PHASE_MASK, XL,
                   ).launch(grid=(GRID, 1, 1), block=(THREADS, 1, 1), stream=stream)

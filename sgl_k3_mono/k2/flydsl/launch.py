@@ -107,7 +107,7 @@ def _check(a: dict, meta: dict) -> None:
     if big:
         raise ValueError(f"K2 FlyDSL: {big} exceed {BUFFER_BYTES} bytes, past a buffer descriptor's offsets")
     odd = [n for n in ("ssc13_e", "ssc13_n", "ssc2_e", "ssc2_n") if a[n] % 4]
-    if odd:  # a lane group's 4 scales are read as one aligned dword
+    if odd and not meta["XL"]:  # the plain layout's lane groups read their 4 scales as one aligned dword
         raise ValueError(f"K2 FlyDSL: MXFP4 scale strides {[(n, a[n]) for n in odd]} must be multiples of 4")
 
 
@@ -127,7 +127,8 @@ def fly_arguments(args: tuple, meta: dict, *, phases: Sequence[str] = ("o_proj",
     consts = dict(H=meta["H"], A=meta["A"], S2=meta["S2"], E=meta["E"], L=meta["L"], I=meta["I"],
                   I_UP=meta["I_UP"], TOPK=meta["TOPK"], NB=a["NB"], TP=meta["TP"], EPS=float(meta["EPS"]),
                   BETA=float(meta["BETA"]), LBETA=float(meta["LBETA"]), FRONT_BF16=bool(meta["FRONT_BF16"]),
-                  MIX_BF16=bool(meta["MIX_BF16"]), PHASE_MASK=sum(BIT[p] for p in set(phases)), GRID=grid,
+                  MIX_BF16=bool(meta["MIX_BF16"]), PHASE_MASK=sum(BIT[p] for p in set(phases)), XL=int(meta["XL"]),
+                  GRID=grid,
                   **{k: int(a[n]) for k, n in _STRIDES.items()})
     return FlyK2Call(call, consts)
 

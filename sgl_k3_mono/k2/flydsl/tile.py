@@ -23,7 +23,7 @@ import flydsl.expr as fx
 from flydsl.expr import range_constexpr
 from flydsl.expr.typing import T
 
-from sgl_k3_mono.k2.flydsl.geometry import KC, THREADS, WAVES
+from sgl_k3_mono.k2.flydsl.geometry import KC, THREADS, WAVES, mxfp4_offsets
 from sgl_k3_mono.runtime.flydsl_sync import _device
 
 
@@ -61,16 +61,18 @@ def bf16_rows(rsrc, row_byte):
     return load
 
 
-def mxfp4_rows(rsrc, row_byte, s_rsrc, s_row_byte):
+def mxfp4_rows(rsrc, row_byte, s_rsrc, s_row_byte, XL: int = 0):
     """Operand A of MXFP4 weight rows (bytes [N, K/2], low nibble = even column; ue8m0
     scales [N, K/32]): this lane's 32 columns are 16 bytes and one scale. gfx950's
     v_cvt_scalef32_pk_bf16_fp4 decodes 2 fp4 times 2^(scale - 127) into bf16, exactly
     (every e2m1 value times a power of two is a bf16), as the Triton kernel's integer
-    decode does; the 4 lane groups' scales are one aligned dword (s_row_byte % 4 == 0)."""
+    decode does; the 4 lane groups' scales are one aligned dword (s_row_byte % 4 == 0).
+    XL (k2/expert_layout.py): the layout row_byte / s_row_byte address (geometry.expert_rows);
+    geometry.mxfp4_offsets places each load."""
     def load(k):
-        words = load16(rsrc, row_byte + k // 2)
-        sw = load4(s_rsrc, s_row_byte + (k // KC) * 4)
-        sc = (sw >> (((k // 32) % 4) * 8)) & 255
+        w_off, s_off, shift = mxfp4_offsets(row_byte, s_row_byte, k, XL)
+        words = load16(rsrc, w_off)
+        sc = (load4(s_rsrc, s_off) >> shift) & 255
         scale = fx.Vector.from_elements([sc << 23], fx.Int32).bitcast(fx.Float32)[0]
         out = []
         for j in range_constexpr(4):

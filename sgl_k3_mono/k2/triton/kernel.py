@@ -39,7 +39,8 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.frame import (FRONT_ROUTER, FRONT_SHARED, LAUNCH_ID, TRACE_EXIT, TRACE_SLOTS, barrier,
                                          enter, publish, wait_peers)
-from sgl_k3_mono.k2.triton.matmul import dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step, gemv_mxfp4
+from sgl_k3_mono.k2.triton.matmul import (dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step, gemv_mxfp4,
+                                          mx_up)
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store,
                                          group_sum, h_mask, h_tile, l2_expert_rows, latent_up_store, route_one,
@@ -105,6 +106,9 @@ def k2_kernel(
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
     LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
+    # where the MXFP4 experts' bytes sit (k2/expert_layout.py: 0 SGLang's plain rows, 1 and 2
+    # AITER's a16w4 and generic preshuffles, read in place; mma_fp4 takes 0 only)
+    XL: tl.constexpr = 0,
     # host side only (K2Launch._run_triton fits the compiled function's L1 / shared carveout):
     # a constexpr so that each choice is its own compiled function, which holds the carveout
     CARVE: tl.constexpr = False,
@@ -349,10 +353,10 @@ def k2_kernel(
                         urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                         if MXFP4:
                             g = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                           ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D)
-                            u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                           sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                           XU, BI, BKX // 2, STAGES, MX4D)
+                                           ssc13_n, i0, I, L, XU, BI, BKX // 2, STAGES, MX4D, XL, True)
+                            u = gemv_mxfp4(xin_ptr, L, urow, uok, w13_ptr + e * s13_e + mx_up(s13_n, I_UP, XL, False),
+                                           s13_n, sc13_ptr + e * ssc13_e + mx_up(ssc13_n, I_UP, XL, True), ssc13_n,
+                                           i0, I, L, XU, BI, BKX // 2, STAGES, MX4D, XL, True)
                         else:
                             g = gemv_bf16(xin_ptr, L, urow, uok, w13_ptr + e * s13_e, s13_n, i0, I, L, XU, BI, BKX,
                                           STAGES)
@@ -365,16 +369,16 @@ def k2_kernel(
                     u = tl.zeros((XR, BI), tl.float32)
                     if SCALED:
                         g = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                             ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN)
-                        u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                             sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L, u,
-                                             XR, BI, BKX, STAGES, SCALE_ALIGN)
+                                             ssc13_n, i0, I, L, g, XR, BI, BKX, STAGES, SCALE_ALIGN, XL, True)
+                        u = dot_mxfp4_scaled(xin_ptr, L, M, w13_ptr + e * s13_e + mx_up(s13_n, I_UP, XL, False),
+                                             s13_n, sc13_ptr + e * ssc13_e + mx_up(ssc13_n, I_UP, XL, True), ssc13_n,
+                                             i0, I, L, u, XR, BI, BKX, STAGES, SCALE_ALIGN, XL, True)
                     elif MXFP4:
                         g += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e,
-                                        ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D)
-                        u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n,
-                                        sc13_ptr + e * ssc13_e + I_UP * ssc13_n, ssc13_n, i0, I, L,
-                                        XR, BI, BKX // 2, STAGES, MX4D)
+                                        ssc13_n, i0, I, L, XR, BI, BKX // 2, STAGES, MX4D, XL, True)
+                        u += gemv_mxfp4(xin_ptr, L, rx, rx < M, w13_ptr + e * s13_e + mx_up(s13_n, I_UP, XL, False),
+                                        s13_n, sc13_ptr + e * ssc13_e + mx_up(ssc13_n, I_UP, XL, True), ssc13_n,
+                                        i0, I, L, XR, BI, BKX // 2, STAGES, MX4D, XL, True)
                     else:
                         g = dot_bf16(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, L, g, XR, BI, BKX, STAGES,
                                      EXPERT_GEMV)
@@ -443,7 +447,8 @@ def k2_kernel(
                         urow, uok = user_rows(ids, keep, e, u0, XU, BM)
                         if MXFP4:
                             y = gemv_mxfp4(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n,
-                                           sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D)
+                                           sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XU, BL, BKD // 2, STAGES, MX4D,
+                                           XL, False)
                         else:
                             y = gemv_bf16(act_ptr + n * XR * I, I, urow, uok, w2_ptr + e64 * s2_e, s2_n, l0, L, I,
                                           XU, BL, BKD, STAGES)
@@ -457,10 +462,11 @@ def k2_kernel(
                     if SCALED:
                         y = dot_mxfp4_scaled(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                              sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, y, XR, BL, BKD, STAGES,
-                                             SCALE_ALIGN)
+                                             SCALE_ALIGN, XL, False)
                     elif MXFP4:
                         y += gemv_mxfp4(act_ptr + n * XR * I, I, rx, rx < M, w2_ptr + e64 * s2_e, s2_n,
-                                        sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D)
+                                        sc2_ptr + e64 * ssc2_e, ssc2_n, l0, L, I, XR, BL, BKD // 2, STAGES, MX4D,
+                                        XL, False)
                     else:
                         y = dot_bf16(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n, l0, L, I, y,
                                      XR, BL, BKD, STAGES, EXPERT_GEMV)

@@ -77,12 +77,52 @@ def scale_f32(sc, SHIFT: tl.constexpr):
 
 
 @triton.jit
+def mx_w_ptr(w_ptr, r, b, swn, XL: tl.constexpr, GU: tl.constexpr):
+    """Pointer to code byte b of weight row r in expert layout XL (k2/expert_layout.py,
+    whose weight_offset this is: 0 SGLang's plain rows, 1 AITER's a16w4, 2 its generic;
+    GU: w13, whose a16w4 blocks alternate gate and up). XL 0 is the expression the callers
+    always had, so their code is unchanged."""
+    if XL == 0:
+        return w_ptr + r * swn + b
+    else:
+        return w_ptr + ((r // 16) * ((32 if (XL == 1 and GU) else 16) * swn) + (r % 16) * 16 + (b // 16) * 256
+                        + b % 16)
+
+
+@triton.jit
+def mx_s_ptr(s_ptr, r, g, ssn, XL: tl.constexpr, GU: tl.constexpr):
+    """Pointer to the scale of group g (codes 32 g ..) of row r: expert_layout.scale_offset."""
+    if XL == 0:
+        return s_ptr + r * ssn + g
+    else:
+        col = (g // 8) * 256 + (g % 4) * 64 + ((g // 4) % 2) * 2
+        if XL == 1 and GU:
+            return s_ptr + ((r // 16) * (32 * ssn) + (r % 16) * 4 + col)
+        else:
+            return s_ptr + ((r // 32) * (32 * ssn) + (r // 16) % 2 + (r % 16) * 4 + col)
+
+
+@triton.jit
+def mx_up(row_stride, I_UP: tl.constexpr, XL: tl.constexpr, SCALE: tl.constexpr):
+    """Offset of w13's up half (SCALE: of its scales) from an expert's first byte: row I_UP
+    in the row-ordered layouts; a16w4 puts up block n0 right after gate block n0, its
+    scales a byte after the gate's (expert_layout.up_offsets)."""
+    if XL == 1:
+        if SCALE:
+            return 1
+        else:
+            return 16 * row_stride
+    else:
+        return I_UP * row_stride
+
+
+@triton.jit
 def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
                R: tl.constexpr, BN: tl.constexpr, BKH: tl.constexpr, STAGES: tl.constexpr,
-               MX4D: tl.constexpr):
+               MX4D: tl.constexpr, XL: tl.constexpr = 0, GU: tl.constexpr = False):
     """[R, BN] fp32 = x[rows] @ W^T with FMAs for MXFP4 W (bytes [N, K/2], low nibble = even element;
     ue8m0 scales [N, K/32]), decoded in registers (Hopper has no FP4 unit); x rows picked
-    by `rows` [R] (masked by `rvalid`)."""
+    by `rows` [R] (masked by `rvalid`). XL / GU: where W's bytes and scales sit (mx_w_ptr)."""
     if not MX4D:
         # [rows, N tile, bytes]: a scale load and two strided x loads per byte; measured
         # faster than the 4-D tiles below at 4 and 8 rows (docs/evidence/k2-sm90.md)
@@ -93,8 +133,8 @@ def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
         for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
             b3 = kb + tl.arange(0, BKH)[None, None, :]
             nmask = (n3 < N) & (b3 < K // 2)
-            byte = tl.load(w_ptr + n3 * swn + b3, mask=nmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n3 * ssn + b3 // 16, mask=nmask, other=0).to(tl.int32)
+            byte = tl.load(mx_w_ptr(w_ptr, n3, b3, swn, XL, GU), mask=nmask, other=0).to(tl.int32)
+            sc = tl.load(mx_s_ptr(s_ptr, n3, b3 // 16, ssn, XL, GU), mask=nmask, other=0).to(tl.int32)
             xm = v3 & (b3 < K // 2)
             xe = tl.load(x_ptr + r3 * sxm + 2 * b3, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
             xo = tl.load(x_ptr + r3 * sxm + 2 * b3 + 1, mask=xm, other=0.0).to(tl.bfloat16).to(tl.float32)
@@ -117,8 +157,12 @@ def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
         for kb in tl.range(0, K // 2, BKH, num_stages=STAGES):
             b4 = kb + g4 * 16 + j4
             kmask = b4 < K // 2
-            byte = tl.load(w_ptr + n4 * swn + b4, mask=(n4 < N) & kmask, other=0).to(tl.int32)
-            sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=(n4 < N) & (kb // 16 + g4 < K // 32), other=0)
+            byte = tl.load(mx_w_ptr(w_ptr, n4, b4, swn, XL, GU), mask=(n4 < N) & kmask, other=0).to(tl.int32)
+            smask = (n4 < N) & (kb // 16 + g4 < K // 32)
+            if XL == 0:  # (the pointer summed as it always was: the same code)
+                sc = tl.load(s_ptr + n4 * ssn + kb // 16 + g4, mask=smask, other=0)
+            else:
+                sc = tl.load(mx_s_ptr(s_ptr, n4, kb // 16 + g4, ssn, XL, GU), mask=smask, other=0)
             pair = tl.load(x_pairs + r4 * (sxm // 2) + b4, mask=v4 & kmask, other=0)
             xe = (pair << 16).to(tl.float32, bitcast=True)
             xo = (pair & -65536).to(tl.float32, bitcast=True)
@@ -132,7 +176,7 @@ def gemv_mxfp4(x_ptr, sxm, rows, rvalid, w_ptr, swn, s_ptr, ssn, n0, N, K,
 @triton.jit
 def dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-                     SA: tl.constexpr):
+                     SA: tl.constexpr, XL: tl.constexpr = 0, GU: tl.constexpr = False):
     """acc[BM, BN] += x[:M, :K] @ W[n0:n0+BN]^T on the tensor cores, for MXFP4 W as SGLang
     stores it (bytes [N, K/2], low nibble = even element; ue8m0 scales [N, K/32]), through
     tl.dot_scaled with the weights as the scaled rhs: Triton decodes the codes to bf16
@@ -143,16 +187,19 @@ def dot_mxfp4_scaled(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, n0, N, K, acc,
     cp.async, where an unknown stride (12 at a TP-8 rank's down projection) leaves byte
     loads outside the pipeline. fast_math drops the NaN-scale select (E8M0 255 -> NaN):
     13-23 % less time (tools/device/fp4_decode_microbench.py); the build refuses experts
-    holding that code (model_reasons)."""
+    holding that code (model_reasons). XL / GU: where W's bytes and scales sit (mx_w_ptr;
+    SA then 1: the AITER layouts' scales are gathered byte by byte anyway)."""
     ssn = (ssn // SA) * SA
     rn = n0 + tl.arange(0, BN)
     rm = tl.arange(0, BM)
     nm = rn[:, None] < N
     for k0 in tl.range(0, K, BK, num_stages=STAGES):
         rb = k0 // 2 + tl.arange(0, BK // 2)
-        w = tl.load(w_ptr + rn[:, None] * swn + rb[None, :], mask=nm & (rb[None, :] < K // 2), other=0)
+        w = tl.load(mx_w_ptr(w_ptr, rn[:, None], rb[None, :], swn, XL, GU), mask=nm & (rb[None, :] < K // 2),
+                    other=0)
         rg = k0 // 32 + tl.arange(0, BK // 32)
-        sc = tl.load(s_ptr + rn[:, None] * ssn + rg[None, :], mask=nm & (rg[None, :] < K // 32), other=0)
+        sc = tl.load(mx_s_ptr(s_ptr, rn[:, None], rg[None, :], ssn, XL, GU), mask=nm & (rg[None, :] < K // 32),
+                     other=0)
         rk = k0 + tl.arange(0, BK)
         x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         acc = tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", tl.trans(w), sc, "e2m1", acc, fast_math=True)
