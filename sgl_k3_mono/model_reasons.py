@@ -160,10 +160,38 @@ def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
                   "as finite numbers")
 
 
+def _aiter_shuffles_bf16(experts: Any) -> Optional[str]:
+    """Why SGLang preshuffled these bf16 experts (None: it did not). Its unquantized MoE
+    shuffles w13 / w2 into AITER's 16 x 16 tiles after loading when SGLANG_USE_AITER is on
+    (HIP), the MoE runner is auto or aiter and AITER's CK MoE takes the layer, and copies the
+    result into the same Parameters, so no tag shows it afterwards: SGLang's own condition
+    is asked again here. On gfx950 Kimi-K3's SiTU (gemm1_alpha / clamp) keeps the CK MoE
+    off and the experts plain; elsewhere K2 would read tiles as rows."""
+    try:
+        from sglang.srt.layers.quantization import unquant
+    except ImportError:
+        return None
+    if not getattr(unquant, "_use_aiter", False) or getattr(experts, "_skip_aiter_moe_shuffle", False):
+        return None
+    backend = unquant.get_moe_runner_backend()
+    qm = getattr(experts, "quant_method", None)
+    if not (backend.is_auto() or backend.is_aiter()) or not hasattr(qm, "_aiter_ck_moe_supported"):
+        return None
+    if not qm._aiter_ck_moe_supported(experts):
+        return None
+    return ("bf16 experts hold AITER's 16x16 preshuffle (SGLANG_USE_AITER=1 and AITER's CK MoE takes this "
+            "layer, so SGLang shuffled w13 / w2 after loading); K2 reads bf16 experts in SGLang's loaded "
+            "[E, 2I, L] / [E, L, I] rows")
+
+
 def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     method = type(getattr(experts, "quant_method", None)).__name__
     E, L, I = d.experts, d.latent, d.expert_inter_local
     if method == "UnquantizedFusedMoEMethod":
+        why = _aiter_shuffles_bf16(experts)
+        if why:
+            r.add(where, why)
+            return
         r.tensor(where, "experts.w13_weight", getattr(experts, "w13_weight", None), (E, 2 * I, L), "bfloat16")
         r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I), "bfloat16")
     elif method == "Mxfp4MoEMethod":

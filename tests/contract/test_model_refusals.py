@@ -126,6 +126,23 @@ def test_mxfp4_nan_scales_are_refused(model, swap):
         for name, n in (("w13_weight_scale", 3), ("w2_weight_scale", 1))]
 
 
+def test_bf16_experts_aiter_would_shuffle_are_refused(model, monkeypatch):
+    """SGLang's AITER MoE path shuffles bf16 experts in place after loading and leaves no tag:
+    its own condition decides. Off gfx950 (gfx942: AITER's CK MoE takes any 128-aligned
+    layer) they are shuffled, refused; on gfx950 Kimi-K3's SiTU keeps the CK MoE off, so the
+    experts stay plain and are read."""
+    from sglang.srt.layers.quantization import unquant
+
+    monkeypatch.setattr(unquant, "_use_aiter", True)
+    monkeypatch.setattr(unquant, "is_gfx95_supported", lambda: False)
+    moe_layers = [i for i, ly in enumerate(model.language_model.model.layers) if hasattr(ly.mlp, "experts")]
+    assert reasons(model) == [f"layer {i}: bf16 experts hold AITER's 16x16 preshuffle (SGLANG_USE_AITER=1 and "
+                              "AITER's CK MoE takes this layer, so SGLang shuffled w13 / w2 after loading); K2 reads "
+                              "bf16 experts in SGLang's loaded [E, 2I, L] / [E, L, I] rows" for i in moe_layers]
+    monkeypatch.setattr(unquant, "is_gfx95_supported", lambda: True)
+    assert reasons(model) == []
+
+
 def _aiter(swap, mlp, kind, pad=256, fill=0):
     """The experts as SGLang 0.5.23's AITER post-load leaves them: padded, shuffled, 2-D
     scales, tagged is_shuffled (reference/mxfp4_aiter.held_like_sglang)."""
