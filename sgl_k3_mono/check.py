@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from typing import Iterator, Optional
@@ -176,6 +177,19 @@ def expert_format(hf_config: object) -> str:
     return "mxfp4" if "mxfp4" in str(fmt) else "bf16"
 
 
+def expert_layout_line(isa: str, inter: int, env=None) -> str:
+    """Where SGLang 0.5.23 will leave the MXFP4 experts, as this environment selects it:
+    AITER's preshuffle on gfx950 (its kind from the same variables SGLang reads at load),
+    the loaded layout elsewhere; K2 reads either in place (k2/expert_layout.py)."""
+    if isa != "gfx950":
+        return "SGLang's loaded layout (read in place)"
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
+    lay = AiterLayout.from_env(inter, os.environ if env is None else env)
+    return (f"{lay.describe()} as SGLang's AITER post-load leaves them under this environment "
+            "(AITER_SITUV2_A4W4 / _A8W4, SGLANG_AITER_K3_OPT); K2 reads it in place")
+
+
 def report(v: Verdict, isa: str) -> str:
     from sgl_k3_mono.build import STATUS
 
@@ -216,6 +230,8 @@ def report(v: Verdict, isa: str) -> str:
     lines.append(f"  attn-res bank writes inside K1: {_ranges(writes)}")
     lines.append("  SGLang: embedding, final attn-res read and norm, lm_head and logits")
     fmt = expert_format(v.hf_config)
+    if fmt == "mxfp4":
+        lines.append(f"routed experts: MXFP4, {expert_layout_line(isa, d.expert_inter_local)}")
     if profile:
         bw = profile.bandwidth_tb_s
         lines.append(f"bytes per step per rank ({fmt} experts, {v.mode}; floor = bytes / {bw:g} TB/s datasheet):")

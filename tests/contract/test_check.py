@@ -15,6 +15,9 @@ def check(private_registry, monkeypatch, capsys):
 
     from sgl_k3_mono.check import main
 
+    for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4", "SGLANG_AITER_K3_OPT"):  # SGLang's defaults
+        monkeypatch.delenv(k, raising=False)
+
     def run(*args):
         monkeypatch.setattr(plugins, "_plugins_loaded", False)
         monkeypatch.setenv("SGLANG_PLUGINS", "sgl_k3_mono")
@@ -41,9 +44,20 @@ def test_default_is_real_kimi_k3_at_tp8_on_gfx950(check):
            "47, 51, 55, 59, 63, 67, 71, 75, 79, 83, 87, 91-92" in lines
     assert "  K1 (KDA front) + SGLang o_proj + dense MLP: 1 layer(s): 0" in lines
     assert "  attn-res bank writes inside K1: 0, 12, 24, 36, 48, 60, 72, 84" in lines
+    # where SGLang's AITER post-load leaves the MXFP4 experts by default (the environment's choice)
+    assert any(line.startswith("routed experts: MXFP4, AITER gate/up-interleaved a16w4 preshuffle, expert width "
+                               "padded 384 -> 512 as SGLang's AITER post-load leaves them") for line in lines), out
     # the byte floor at M=1: 6.38 GB (K1, 69 layers) and 18.97 GB (K2, 92 layers) at 8 TB/s
     assert "     1 |   6.38        0.797 |  18.97        2.371 |          3.168" in lines
     assert lines[-1] == "device code on gfx950: FlyDSL, NOT executed on this hardware by this project"
+
+
+def test_expert_layout_line_follows_the_environment():
+    from sgl_k3_mono.check import expert_layout_line
+
+    assert expert_layout_line("sm_90", 384) == "SGLang's loaded layout (read in place)"
+    line = expert_layout_line("gfx950", 384, {"AITER_SITUV2_A4W4": "1", "SGLANG_AITER_K3_OPT": "1"})
+    assert line.startswith("AITER generic 16x16 preshuffle, expert width 384 unpadded")
 
 
 def test_refused_setup_lists_every_reason(check):
