@@ -51,6 +51,12 @@ SPEC_ALGORITHMS = frozenset({"DSPARK", "EAGLE", "NEXTN", "FROZEN_KV_MTP", "STAND
 the verify launch runs the KDA recurrence token after token, which a tree does not fit."""
 MAX_TOKENS = 8
 """The widest step the launches take (rows = requests x tokens a request)."""
+MOE_RUNNERS = {"sm_90": ("auto", "triton"), "gfx950": ("auto", "triton", "aiter")}
+"""--moe-runner-backend values under which SGLang 0.5.23 leaves the routed experts where K2
+reads them: their loaded layout (auto off AITER, triton), or on gfx950 AITER's MXFP4
+preshuffles (auto with SGLANG_USE_AITER, aiter; k2/expert_layout.py). The others repack the
+experts for their own kernels after loading (marlin, flashinfer_*, triton_kernel,
+deep_gemm, cutlass, ...) or are not read here."""
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -126,6 +132,18 @@ def _speculative_reasons(cfg: Any) -> list[str]:
     return out
 
 
+def _moe_runner_reasons(cfg: Any, isa: Optional[str]) -> list[str]:
+    """The MoE runner decides where SGLang leaves the routed experts after loading."""
+    accepted = MOE_RUNNERS.get(isa or "")
+    runner = _get(cfg, "moe_runner_backend") or "auto"
+    name = str(getattr(runner, "value", runner))
+    if accepted is None or name in accepted:
+        return []
+    return [f"--moe-runner-backend {name} on {isa}: SGLang repacks the routed experts for that runner after "
+            f"loading, where K2 reads them as SGLang's {', '.join(accepted)} runners leave them; accepted are "
+            f"{list(accepted)}"]
+
+
 def _isa_reasons(cfg: Any, hf_config: Any, isa: Optional[str]) -> list[str]:
     profile = PROFILES.get(isa or "")
     if profile is None:
@@ -157,6 +175,7 @@ def config_disable_reasons(cfg: Any, hf_config: Any) -> list[str]:
         + _state_dtype_reasons(cfg, hf_config)
         + _speculative_reasons(cfg)
         + _isa_reasons(cfg, hf_config, isa)
+        + _moe_runner_reasons(cfg, isa)
         # the device code: on gfx950 FlyDSL (pinned) unless SGL_K3_MONO_GFX950_IMPL=triton
         + selection_reasons(isa)
     )

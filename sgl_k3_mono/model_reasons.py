@@ -184,9 +184,26 @@ def _aiter_shuffles_bf16(experts: Any) -> Optional[str]:
             "[E, 2I, L] / [E, L, I] rows")
 
 
+REPACKING_RUNNERS = ("use_marlin", "_fi_kernel", "use_triton_kernels", "use_deep_gemm", "use_mega_moe",
+                     "use_flashinfer_trtllm_moe", "use_flashinfer_cutlass")
+"""The quant methods' own flags (Mxfp4MoEMethod, UnquantizedFusedMoEMethod) for runners that
+repack the experts after loading; config_reasons refuses their --moe-runner-backend values
+first, this is the loaded model's word on it."""
+
+
+def _repacked_for(experts: Any) -> Optional[str]:
+    qm = getattr(experts, "quant_method", None)
+    return next((f"{n}={getattr(qm, n)!r}" for n in REPACKING_RUNNERS if getattr(qm, n, None)), None)
+
+
 def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     method = type(getattr(experts, "quant_method", None)).__name__
     E, L, I = d.experts, d.latent, d.expert_inter_local
+    repacked = _repacked_for(experts) if method in EXPERT_FORMATS else None
+    if repacked:
+        r.add(where, f"routed experts were repacked for another MoE runner ({method}.{repacked}); K2 reads them "
+              "as SGLang's auto / triton / aiter runners leave them")
+        return
     if method == "UnquantizedFusedMoEMethod":
         why = _aiter_shuffles_bf16(experts)
         if why:

@@ -116,6 +116,18 @@ CASES = [
     ("conv width 3", "sm_90", H200, {}, {"linear_attn_config.short_conv_kernel_size": 3},
      ["config linear_attn_config.short_conv_kernel_size = 3 (the KDA short-conv width): the launches are "
       "built for Kimi-K3's 4"]),
+    ("gfx950 aiter moe", "gfx950", dict(GFX, moe_runner_backend="aiter"), {}, None, []),
+    ("sm90 triton moe", "sm_90", dict(H200, moe_runner_backend="triton"), {}, None, []),
+    ("sm90 marlin moe", "sm_90", dict(H200, moe_runner_backend="marlin"), {}, None,
+     ["--moe-runner-backend marlin on sm_90: SGLang repacks the routed experts for that runner after loading, "
+      "where K2 reads them as SGLang's auto, triton runners leave them; accepted are ['auto', 'triton']"]),
+    ("sm90 flashinfer mxfp4 moe", "sm_90", dict(H200, moe_runner_backend="flashinfer_mxfp4"), {}, None,
+     ["--moe-runner-backend flashinfer_mxfp4 on sm_90: SGLang repacks the routed experts for that runner after "
+      "loading, where K2 reads them as SGLang's auto, triton runners leave them; accepted are ['auto', 'triton']"]),
+    ("gfx950 triton_kernel moe", "gfx950", dict(GFX, moe_runner_backend="triton_kernel"), {}, None,
+     ["--moe-runner-backend triton_kernel on gfx950: SGLang repacks the routed experts for that runner after "
+      "loading, where K2 reads them as SGLang's auto, triton, aiter runners leave them; accepted are "
+      "['auto', 'triton', 'aiter']"]),
     ("fp8 checkpoint", "gfx950", GFX, {}, {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                                                    "weight_block_size": [128, 128]}},
      ["checkpoint quantization 'fp8' (format ''): the launches read bf16 dense weights and bf16 or MXFP4 "

@@ -143,6 +143,17 @@ def test_bf16_experts_aiter_would_shuffle_are_refused(model, monkeypatch):
     assert reasons(model) == []
 
 
+@pytest.mark.parametrize("flag, value", [("use_marlin", True), ("_fi_kernel", "cutlass_sm90"),
+                                         ("use_triton_kernels", True)])
+def test_mxfp4_experts_repacked_for_another_runner_are_refused(model, swap, flag, value):
+    mlp = layer(model, 1).mlp
+    _mxfp4(swap, mlp)
+    setattr(mlp.experts.quant_method, flag, value)  # a fresh fake a test
+    assert reasons(model) == [f"layer 1: routed experts were repacked for another MoE runner "
+                              f"(Mxfp4MoEMethod.{flag}={value!r}); K2 reads them as SGLang's auto / triton / aiter "
+                              "runners leave them"]
+
+
 def _aiter(swap, mlp, kind, pad=256, fill=0):
     """The experts as SGLang 0.5.23's AITER post-load leaves them: padded, shuffled, 2-D
     scales, tagged is_shuffled (reference/mxfp4_aiter.held_like_sglang)."""
