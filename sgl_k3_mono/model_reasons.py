@@ -116,6 +116,20 @@ def _mla(r: _Reasons, where: str, attn: Any, d: K3Dims) -> None:
     r.linear(where, attn, "o_proj", (d.hidden, d.mla_out_local))
 
 
+def _aiter_disagrees(kind: str) -> Optional[str]:
+    """Whether the installed AITER's shuffle is the layout K2 reads (mxfp4_aiter's statement
+    of it): its own functions run on a probe, whatever its version. Tagged tensors mean
+    SGLang ran AITER in this process, so an AITER that will not import is a refusal too."""
+    from sgl_k3_mono.reference.mxfp4_aiter import disagreement_with_aiter
+
+    try:
+        return disagreement_with_aiter(kind)
+    except ImportError as e:
+        return f"aiter does not import here ({e}), so its {kind} shuffle cannot be checked against the layout K2 reads"
+    except Exception as e:  # an AITER whose shuffle takes other arguments is another layout too
+        return f"AITER's {kind} shuffle failed on a probe ({type(e).__name__}: {e})"
+
+
 def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     """AITER's preshuffled MXFP4 experts (SGLang's default on gfx950), which K2 reads in
     place (k2/expert_layout.py): the shuffle SGLang picked from the environment at load (the
@@ -146,6 +160,10 @@ def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     r.tensor(where, "experts.w2_weight_scale", getattr(experts, "w2_weight_scale", None),
              (rows(E * L), scale_cols(kind, ip // 32)), "uint8")
     if len(r.lines) > before:
+        return
+    why = _aiter_disagrees(kind)
+    if why:
+        r.add(where, f"experts hold {what}, but {why}")
         return
     from sgl_k3_mono.reference.experts import Mxfp4Experts
     from sgl_k3_mono.reference.mxfp4 import nan_scale_count

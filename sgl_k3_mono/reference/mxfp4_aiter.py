@@ -293,3 +293,48 @@ def held_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2:
             real = shuffle_scale_generic(torch.ones(e, rows // e, groups, dtype=torch.uint8, device=w13.device))
             getattr(held, name)[real == 0] = fill
     return held
+
+
+# ---- the installed AITER against these statements -------------------------------------------
+
+def _probe(seed: int, *shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, shape, generator=g, dtype=torch.uint8)
+
+
+def disagreement_with_aiter(kind: str, shuffle_module=None) -> Optional[str]:
+    """Run the installed AITER's own shuffles (as SGLang 0.5.23 calls them) on small probe
+    tensors of distinct bytes and compare with this module's permutations: None when they
+    agree, else what differs. The offsets K2 reads through are tested against this module,
+    so an AITER whose layout moved would otherwise be read as the old one; the running
+    server's AITER is asked, whatever its version. `shuffle_module`: aiter.ops.shuffle
+    (imported when None; ImportError if it is not installed)."""
+    if shuffle_module is None:
+        import importlib
+
+        shuffle_module = importlib.import_module("aiter.ops.shuffle")
+    e, half, k_bytes, groups = 2, 32, 128, 8  # the smallest shapes both kinds' shuffles take
+    out = []
+    for gate_up in (True, False):
+        rows = 2 * half if gate_up else half
+        w, s = _probe(1, e, rows, k_bytes), _probe(2, e, rows, groups)
+        name = "w13" if gate_up else "w2"
+        if kind == "a16w4":
+            want_w = shuffle_weight_a16w4(w, gate_up)
+            got_w = shuffle_module.shuffle_weight_a16w4(w.clone(), 16, gate_up)
+            want_s = shuffle_scale_a16w4(s, gate_up).reshape(-1, groups)
+            got_s = shuffle_module.shuffle_scale_a16w4(s.clone().view(-1, groups), e, gate_up)
+            real = torch.ones_like(want_s, dtype=torch.bool)
+        else:
+            want_w = shuffle_weight_generic(w)
+            got_w = shuffle_module.shuffle_weight(w.clone(), is_guinterleave=False, gate_up=gate_up)
+            want_s = shuffle_scale_generic(s)
+            got_s = shuffle_module.shuffle_scale(s.clone().view(-1, groups), experts_cnt=e, is_guinterleave=False,
+                                                 gate_up=gate_up)
+            real = shuffle_scale_generic(torch.ones_like(s)) != 0  # AITER's padding is torch.empty
+        got_w, got_s = got_w.view(torch.uint8).reshape(want_w.shape), got_s.view(torch.uint8)
+        if not torch.equal(got_w, want_w):
+            out.append(f"{name} weights")
+        if tuple(got_s.shape) != tuple(want_s.shape) or not torch.equal(got_s[real], want_s[real]):
+            out.append(f"{name} scales")
+    return None if not out else f"the installed AITER's {kind} shuffle differs from the layout K2 reads ({', '.join(out)})"

@@ -175,9 +175,38 @@ def _aiter(swap, mlp, kind, pad=256, fill=0):
 
 @pytest.fixture
 def aiter_env(monkeypatch):
+    """SGLang's default environment, and an importable AITER whose shuffle is the layout K2
+    reads (tests/support/fake_aiter.py: AITER does not install on a CPU machine)."""
+    from support import fake_aiter
+
     for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4", "SGLANG_AITER_K3_OPT"):
         monkeypatch.delenv(k, raising=False)
+    fake_aiter.install(monkeypatch)
     return monkeypatch
+
+
+def test_an_aiter_whose_layout_moved_or_that_will_not_import_is_refused(model, swap, aiter_env):
+    """The installed AITER's own shuffle is run on a probe and compared with the layout K2
+    reads: one that moved (here its 16-byte chunks reversed) is refused, naming what moved;
+    one that does not import (the tensors say SGLang ran it) cannot be checked, refused too."""
+    import sys
+
+    from support import fake_aiter
+
+    aiter_env.setenv("AITER_SITUV2_A4W4", "1")
+    mlp = layer(model, 1).mlp
+    _aiter(swap, mlp, "generic")
+    assert reasons(model) == []
+    fake_aiter.install(aiter_env, moved=True)
+    (line,) = reasons(model)
+    assert line.startswith("layer 1: experts hold AITER generic 16x16 preshuffle, expert width padded 128 -> 256, "
+                           "but the installed AITER's generic shuffle differs from the layout K2 reads (w13 weights, "
+                           "w2 weights)"), line
+    aiter_env.setitem(sys.modules, "aiter", None)
+    for name in ("aiter.ops", "aiter.ops.shuffle"):
+        aiter_env.delitem(sys.modules, name)
+    (line,) = reasons(model)
+    assert "aiter does not import here" in line and "cannot be checked against the layout K2 reads" in line, line
 
 
 @pytest.mark.parametrize("pad, opt", [(256, False), (128, True)])

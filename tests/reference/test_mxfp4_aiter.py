@@ -93,3 +93,17 @@ def test_wrong_shapes_are_refused():
     held = shuffle(plain, AiterLayout("a16w4", I, 512))
     with pytest.raises(ValueError, match="do not hold"):
         unshuffle(held, AiterLayout("a16w4", I, 384), latent=L)
+
+
+@pytest.mark.parametrize("kind", ["a16w4", "generic"])
+def test_the_check_against_the_installed_aiter(kind):
+    """disagreement_with_aiter runs AITER's functions with SGLang's arguments on probes: a
+    stand-in that shuffles as stated agrees (its scale padding garbage, as AITER's may be);
+    one whose weight layout moved is named."""
+    from support import fake_aiter
+
+    from sgl_k3_mono.reference.mxfp4_aiter import disagreement_with_aiter
+
+    assert disagreement_with_aiter(kind, fake_aiter.module()) is None
+    assert disagreement_with_aiter(kind, fake_aiter.module(moved=True)) == (
+        f"the installed AITER's {kind} shuffle differs from the layout K2 reads (w13 weights, w2 weights)")
