@@ -172,11 +172,12 @@ def test_k2_layout_off_the_offsets_is_refused():
 # ---- GPU ---------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("layout, rows", [("a16w4", 1), ("a16w4", 8), ("generic", 2), ("generic-opt", 5)])
+@pytest.mark.parametrize("layout, rows", [("a16w4", 1), ("generic", 8)])
 def test_k2_gpu_reads_aiter_layouts_in_place(layout, rows):
-    """The persistent launch at the real TP-8 rank shapes (I_l 384: a16w4 and generic pad
-    it to 512, generic-opt keeps 384) on the experts as SGLang's AITER post-load holds
-    them: within the bounds, and bitwise the plain layout's launch on the same path."""
+    """The persistent launch at the real TP-8 rank shapes (I_l 384, padded to 512) on the
+    experts as SGLang's AITER post-load holds them, through the GEMV experts (1 row) and
+    tl.dot_scaled (8 rows): within the bounds, and bitwise the plain layout's launch on the
+    same path. (Two cases: each builds two launches, and the group shares a call's time.)"""
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights

@@ -55,8 +55,8 @@ k2_small_real() {
 }
 # k2_rest TIMEOUT: K2's third group, as three pytest processes side by side (one no longer fit 450 s,
 # thirty-second session): phase by phase, the options and the rings (k2-rest); graph replay, fault
-# injection, routing and smem (k2-rest2); the probes' bitwise tests, the seam run twice and FLATD (k2-rest3);
-# the experts in AITER's layouts against the plain layout (k2-aiter, thirty-fourth session)
+# injection, routing and smem (k2-rest2); the probes' bitwise tests, the seam run twice and FLATD (k2-rest3).
+# The experts in AITER's layouts (tests/launch/test_k2_expert_layouts.py) are tests.sh's k2-aiter group, not here
 K2_REST_A="gpu and (phase_by_phase or expert_options or ring)"
 K2_REST_C="gpu and (seam_run_twice or flat_dense)"
 K2_REST_B="gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
@@ -66,7 +66,6 @@ k2_rest() {
   OMP_NUM_THREADS=2 t k2-rest2 "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
     tests/launch/test_triton_smem.py -k "$K2_REST_B" &
   OMP_NUM_THREADS=2 t k2-rest3 "$1" tests/launch/test_k2.py -k "$K2_REST_C" &
-  OMP_NUM_THREADS=2 t k2-aiter "$1" tests/launch/test_k2_expert_layouts.py -k gpu &
   wait
 }
 # k2_gpu_tests TIMEOUT: tests.sh k2-one-gpu's three K2 groups, each its own pytest process, into
