@@ -46,7 +46,6 @@ def copy_bandwidth_gb_s(gib: float = 4.0) -> tuple[float, float]:
     acc = torch.empty((), dtype=torch.float32, device="cuda")
     copy_us = _graph_time_us(lambda: dst.copy_(src), iters=10, reps=5)
     read_us = _graph_time_us(lambda: acc.copy_(src.sum(dtype=torch.float32)), iters=10, reps=5)
-    del dst
     return 2 * n * 2 / (copy_us * 1e-6) / 1e9, n * 2 / (read_us * 1e-6) / 1e9
 
 
