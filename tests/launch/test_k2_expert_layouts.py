@@ -22,7 +22,6 @@ sys.path.insert(0, str(HERE))
 from k2_cases import Case  # noqa: E402
 
 from sgl_k3_mono.k2 import expert_layout as xlay  # noqa: E402
-from sgl_k3_mono.reference import mxfp4  # noqa: E402
 from sgl_k3_mono.reference.experts import Mxfp4Experts  # noqa: E402
 from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, held_like_sglang  # noqa: E402
 
@@ -77,6 +76,62 @@ def test_offsets_address_the_bytes_sglang_holds(kind, inter, pad):
             torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
     rs13, rs2 = ex.real_scales()
     assert torch.equal(rs13, s13) and torch.equal(rs2, s2)
+
+
+@pytest.mark.parametrize("env, kind", [({}, "a16w4"), ({"AITER_SITUV2_A4W4": "1"}, "generic")])
+def test_sglangs_own_post_load_leaves_what_the_offsets_read(env, kind, monkeypatch):
+    """SGLang 0.5.23's own Mxfp4MoEMethod.process_weights_after_loading, its AITER branch run
+    on the CPU (AITER's four shuffles stood in by tests/support/fake_aiter.py, which states
+    them as reference/mxfp4_aiter.py does): what it leaves on the layer (tagged weights, 2-D
+    scales) is what Mxfp4Experts.from_sglang views and the offsets read, byte for byte."""
+    import types
+
+    from sglang.srt.layers.quantization import mxfp4 as sg
+    from support import fake_aiter
+
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
+    for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4", "SGLANG_AITER_K3_OPT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    fake = fake_aiter.module()
+    monkeypatch.setattr(sg, "_use_aiter", True)
+    for name in ("shuffle_weight_a16w4", "shuffle_scale_a16w4", "shuffle_weight", "shuffle_scale"):
+        monkeypatch.setattr(sg, name, getattr(fake, name), raising=False)
+    inter, pad = 384, 512
+    w13, s13, w2, s2 = _plain_rank(inter, seed=5)
+
+    def rows(t):  # Mxfp4MoEMethod.create_weights' padded w13: gate rows, then up rows from I_pad
+        out = torch.zeros(E, 2 * pad, t.shape[2], dtype=t.dtype)
+        out[:, :inter], out[:, pad:pad + inter] = t[:, :inter], t[:, inter:]
+        return torch.nn.Parameter(out, requires_grad=False)
+
+    def cols(t, n):  # and w2's padded columns
+        out = torch.zeros(E, L, n, dtype=t.dtype)
+        out[:, :, :t.shape[2]] = t
+        return torch.nn.Parameter(out, requires_grad=False)
+
+    layer = torch.nn.Module()
+    layer.w13_weight, layer.w13_weight_scale = rows(w13), rows(s13)
+    layer.w2_weight, layer.w2_weight_scale = cols(w2, pad // 2), cols(s2, pad // 32)
+    layer.moe_runner_config = types.SimpleNamespace(activation="situ", gate_up_interleaved=False)
+    method = types.SimpleNamespace(use_marlin=False, use_mega_moe=False, _fi_kernel=None, use_triton_kernels=False,
+                                   use_flashinfer=False, use_deep_gemm=False, num_experts=E, with_bias=False)
+    sg.Mxfp4MoEMethod.process_weights_after_loading(method, layer)  # SGLang's own code
+    assert layer.w13_weight.is_shuffled and layer.w2_weight.is_shuffled and layer.w13_weight_scale.dim() == 2
+    assert AiterLayout.from_env(inter, dict(env)).kind == kind
+    ex = Mxfp4Experts.from_sglang(layer.w13_weight.data, layer.w13_weight_scale.data, layer.w2_weight.data,
+                                  layer.w2_weight_scale.data, inter, kind)
+    xl = xlay.code_of(kind)
+    rb, srb = ex.w13.stride(1), ex.w13_scale.stride(1)
+    up_w, up_s = xlay.up_offsets(pad, rb, srb, xl)
+    r, b, gl = torch.arange(inter)[:, None], torch.arange(L // 2)[None, :], torch.arange(L // 32)[None, :]
+    assert torch.equal(_gather(ex.w13, up_w + xlay.weight_offset(r, b, rb, xl, True)), w13[:, inter:])
+    assert torch.equal(_gather(ex.w13_scale, xlay.scale_offset(r, gl, srb, xl, True)), s13[:, :inter])
+    r2, b2, g2 = torch.arange(L)[:, None], torch.arange(inter // 2)[None, :], torch.arange(inter // 32)[None, :]
+    assert torch.equal(_gather(ex.w2, xlay.weight_offset(r2, b2, ex.w2.stride(1), xl, False)), w2)
+    assert torch.equal(_gather(ex.w2_scale, xlay.scale_offset(r2, g2, ex.w2_scale.stride(1), xl, False)), s2)
 
 
 def test_a16w4_scales_hold_gate_and_up_side_by_side():
