@@ -60,8 +60,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BNO=64, BKO=128)
         if rows >= 4:  # experts_down's k-blocks (3 at a TP-8 rank) loaded in one step
             t.update(KUD=3)
-        if rows == 1:  # 6 / 16 of the shared down's tiles in experts_up (SDU 2), the rest in experts_down
-            t.update(SDUQ=6)
+        if rows == 1:  # 6 / 16 of the shared down's tiles in experts_up (SDU 2), the rest in experts_down;
+            # the front's and latent_up's GEMV tiles one pipelined loop a program (FLATD: 34th)
+            t.update(SDUQ=6, FLATD=1)
     elif expert_gemv:
         xr = _next_pow2(user_rows) if user_rows else rb
         bl = 64 if xr <= 2 else 32 if xr <= 4 else 16
