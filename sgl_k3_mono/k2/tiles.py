@@ -90,7 +90,8 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     17th-19th); experts_down's three k-blocks in one step from 4 rows (KUD 3: 22nd; 6 us
     slower at 1 row, 31st); routing inside the front (FR: 23rd); the shared down on the
     programs the routed items leave idle where there are any (SDU -1: 14th, 19th), 6 of its
-    16ths there at 1 row (SDUQ 6: 23rd); the latent's squares left by its producer from 2
+    16ths there at 1 row (SDUQ 6: 23rd); at 1 row the front's and latent_up's GEMV tiles
+    and K steps one pipelined loop a program (FLATD: 34th); the latent's squares left by its producer from 2
     rows (LSQ: 25th; at 1 row the shares' load cost 1 us more); the split seam (SEAM_SPLIT:
     12th).
 

@@ -126,7 +126,7 @@ def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persiste
     """FLATD's loops form a tile's products in gemv_bf16's order: its output within the
     bounds and bitwise the per-tile loops' (BK 128 both), phase by phase and as the
     persistent launch (one program: every tile of each phase in one loop)."""
-    results = _interpreted(FLATD_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "BK=128")
+    results = _interpreted(FLATD_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "BK=128,FLATD=0")
     assert all(r["flatd"] == 1 and r["apart_from"]["apart"] == 0 for r in results), results
 
 
@@ -310,21 +310,24 @@ def test_k2_gpu_seam_run_twice_is_bitwise_the_default(rows):
 @pytest.mark.parametrize("tiles", ["FLATD=1", "FLATD=1,FR=0"])
 def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(tiles):
     """FLATD (the front's and latent_up's GEMV tiles and K steps as one pipelined loop a
-    program, at 1 row) forms the same products in the same order: bitwise the default
-    launch, real TP-8 rank shapes, MXFP4 (with FR the front's loop counts its router and
-    shared tiles for the routing helpers; without, only latent_up's loop changes)."""
+    program, at 1 row; the default there since the thirty-fourth session) forms the same
+    products in the same order: bitwise a K loop a tile (FLATD 0), real TP-8 rank shapes,
+    MXFP4 (with FR the front's loop counts its router and shared tiles for the routing
+    helpers; without, only latent_up's loop changes)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=43, tiles="FR=0" if "FR=0" in tiles else "")
+    base = Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=43,
+                tiles="FLATD=0,FR=0" if "FR=0" in tiles else "FLATD=0")
     w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
     apart = int((got["out"] != ref["out"]).sum())
-    print(f"\nK2FLATD {tiles}: {apart} of {ref['out'].numel()} apart, routing_equal={got['routing_equal']}")
-    assert got["flatd"] == 1
+    print(f"\nK2FLATD {tiles}: {apart} of {ref['out'].numel()} apart from FLATD=0, "
+          f"routing_equal={got['routing_equal']}")
+    assert got["flatd"] == 1 and ref["flatd"] == 0
     assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
 
 
