@@ -137,12 +137,11 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
         ex = Mxfp4Experts(ph((E, 2 * I, L // 2), u8), ph((E, 2 * I, L // 32), u8), ph((E, L, I // 2), u8),
                           ph((E, L, I // 32), u8), I)
     else:  # 2-D scales (generic's rows padded to 256), as SGLang's AITER post-load leaves them
-        from sgl_k3_mono.reference.mxfp4_aiter import scale_cols
+        from sgl_k3_mono.reference.mxfp4_aiter import scale_cols, scale_rows
 
         kind, ip = layout.split("-")[0], int(layout.split("-")[1])
-        rows_of = (lambda n: -(-n // 256) * 256) if kind == "generic" else (lambda n: n)
-        s13 = ph((rows_of(E * 2 * ip), scale_cols(kind, L // 32)), u8)
-        s2 = ph((rows_of(E * L), scale_cols(kind, ip // 32)), u8)
+        s13 = ph((scale_rows(kind, E * 2 * ip), scale_cols(kind, L // 32)), u8)
+        s2 = ph((scale_rows(kind, E * L), scale_cols(kind, ip // 32)), u8)
         ex = Mxfp4Experts.from_sglang(ph((E, 2 * ip, L // 2), u8), s13, ph((E, L, ip // 2), u8), s2, I, kind)
     moe = MoeRankWeights(rank=0, tp=1, shared_gate_up=ph((2 * S, H), bf), router=ph((E, H), bf),
                          latent_down=ph((L, H), bf), shared_down=ph((H, S), bf), router_bias=ph((E,), torch.float32),

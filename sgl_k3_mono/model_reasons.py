@@ -135,7 +135,7 @@ def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     place (k2/expert_layout.py): the shuffle SGLang picked from the environment at load (the
     same variables, the same precedence), I_pad from the tensor, the 2-D scales it holds."""
     from sgl_k3_mono.k2.expert_layout import check_dims, code_of
-    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, scale_cols
+    from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, scale_cols, scale_rows
 
     E, L, I = d.experts, d.latent, d.expert_inter_local
     w13 = getattr(experts, "w13_weight", None)
@@ -151,14 +151,13 @@ def _aiter_experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
     if why:
         r.add(where, f"experts hold {what}; K2 reads it in place only with " + "; ".join(why))
         return
-    rows = lambda n: -(-n // 256) * 256 if kind == "generic" else n  # noqa: E731
     before = len(r.lines)
     r.tensor(where, "experts.w13_weight", w13, (E, 2 * ip, L // 2), "uint8")
     r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),
-             (rows(E * 2 * ip), scale_cols(kind, L // 32)), "uint8")
+             (scale_rows(kind, E * 2 * ip), scale_cols(kind, L // 32)), "uint8")
     r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, ip // 2), "uint8")
     r.tensor(where, "experts.w2_weight_scale", getattr(experts, "w2_weight_scale", None),
-             (rows(E * L), scale_cols(kind, ip // 32)), "uint8")
+             (scale_rows(kind, E * L), scale_cols(kind, ip // 32)), "uint8")
     if len(r.lines) > before:
         return
     why = _aiter_disagrees(kind)

@@ -231,6 +231,11 @@ def scale_cols(kind: str, groups: int) -> int:
     return _round_up(groups, 8) if kind == "generic" else groups
 
 
+def scale_rows(kind: str, rows: int) -> int:
+    """Rows SGLang's 2-D scale tensor holds for all experts' `rows` (generic pads to 256)."""
+    return _round_up(rows, 256) if kind == "generic" else rows
+
+
 def expert_view(s: torch.Tensor, kind: str, experts: int, rows: int, groups: int) -> torch.Tensor:
     """SGLang's 2-D shuffled scales as [experts, rows, C'] (a view, no copy): a16w4's
     [E R, K/32] reshaped; generic's first E R rows of its padded tensor."""
@@ -265,20 +270,19 @@ def plain_expert(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: tor
                        w2p[0], plain_scales(one(s2), kind, False, inter_pad // 32)[0])
 
 
-def held_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: torch.Tensor,
-                     layout: AiterLayout, *, fill: int = 0) -> HeldExperts:
+def padded_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: torch.Tensor,
+                       inter_pad: int, *, fill: int = 0) -> HeldExperts:
     """A rank's plain unpadded MXFP4 experts (w13 [E, 2 I, L/2] gate then up, w2 [E, L, I/2],
-    scales alike) as SGLang 0.5.23 holds them after AITER's post-load: padded to I_pad
-    (padding bytes and scales `fill`: 255 makes every padded code -6 and every padded scale
-    NaN, so a reader that touches padding shows it) and shuffled, scales 2-D."""
+    scales alike) padded to I_pad as Mxfp4MoEMethod.create_weights allocates them: gate rows
+    at 0, up rows at I_pad, w2's columns past I; the padding bytes and scales `fill`."""
     e, two_i, half_l = w13.shape
-    i, ip, lat = two_i // 2, layout.inter_pad, half_l * 2
-    if i != layout.inter or tuple(w2.shape) != (e, lat, i // 2):
-        raise ValueError(f"mxfp4_aiter: w13 {tuple(w13.shape)} / w2 {tuple(w2.shape)} are not {layout}")
+    i, lat = two_i // 2, half_l * 2
+    if tuple(w2.shape) != (e, lat, i // 2) or inter_pad < i:
+        raise ValueError(f"mxfp4_aiter: w13 {tuple(w13.shape)} / w2 {tuple(w2.shape)} do not pad to {inter_pad}")
 
     def pad_rows(t):
-        out = torch.full((e, 2 * ip, t.shape[2]), fill, dtype=t.dtype, device=t.device)
-        out[:, :i], out[:, ip:ip + i] = t[:, :i], t[:, i:]
+        out = torch.full((e, 2 * inter_pad, t.shape[2]), fill, dtype=t.dtype, device=t.device)
+        out[:, :i], out[:, inter_pad:inter_pad + i] = t[:, :i], t[:, i:]
         return out
 
     def pad_cols(t, cols):
@@ -286,8 +290,19 @@ def held_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2:
         out[:, :, :t.shape[2]] = t
         return out
 
-    plain = HeldExperts(pad_rows(w13), pad_rows(s13), pad_cols(w2, ip // 2), pad_cols(s2, ip // 32))
-    held = shuffle(plain, layout)
+    return HeldExperts(pad_rows(w13), pad_rows(s13), pad_cols(w2, inter_pad // 2), pad_cols(s2, inter_pad // 32))
+
+
+def held_like_sglang(w13: torch.Tensor, s13: torch.Tensor, w2: torch.Tensor, s2: torch.Tensor,
+                     layout: AiterLayout, *, fill: int = 0) -> HeldExperts:
+    """The same experts as SGLang 0.5.23 holds them after AITER's post-load: padded
+    (padded_like_sglang; `fill` 255 makes every padded code -6 and every padded scale NaN, so
+    a reader that touches padding shows it) and shuffled, scales 2-D."""
+    e, lat = w13.shape[0], w13.shape[2] * 2
+    if w13.shape[1] // 2 != layout.inter:
+        raise ValueError(f"mxfp4_aiter: w13 {tuple(w13.shape)} is not {layout}")
+    ip = layout.inter_pad
+    held = shuffle(padded_like_sglang(w13, s13, w2, s2, ip, fill=fill), layout)
     if layout.kind == "generic" and fill:  # AITER's scale padding is torch.empty: not zeros either
         for name, rows, groups in (("w13_scale", e * 2 * ip, lat // 32), ("w2_scale", e * lat, ip // 32)):
             real = shuffle_scale_generic(torch.ones(e, rows // e, groups, dtype=torch.uint8, device=w13.device))

@@ -23,7 +23,7 @@ from k2_cases import Case  # noqa: E402
 
 from sgl_k3_mono.k2 import expert_layout as xlay  # noqa: E402
 from sgl_k3_mono.reference.experts import Mxfp4Experts  # noqa: E402
-from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, held_like_sglang  # noqa: E402
+from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout, held_like_sglang, padded_like_sglang  # noqa: E402
 
 E, L = 3, 512
 
@@ -102,19 +102,11 @@ def test_sglangs_own_post_load_leaves_what_the_offsets_read(env, kind, monkeypat
     inter, pad = 384, 512
     w13, s13, w2, s2 = _plain_rank(inter, seed=5)
 
-    def rows(t):  # Mxfp4MoEMethod.create_weights' padded w13: gate rows, then up rows from I_pad
-        out = torch.zeros(E, 2 * pad, t.shape[2], dtype=t.dtype)
-        out[:, :inter], out[:, pad:pad + inter] = t[:, :inter], t[:, inter:]
-        return torch.nn.Parameter(out, requires_grad=False)
-
-    def cols(t, n):  # and w2's padded columns
-        out = torch.zeros(E, L, n, dtype=t.dtype)
-        out[:, :, :t.shape[2]] = t
-        return torch.nn.Parameter(out, requires_grad=False)
-
+    padded = padded_like_sglang(w13, s13, w2, s2, pad)  # as Mxfp4MoEMethod.create_weights allocates them
     layer = torch.nn.Module()
-    layer.w13_weight, layer.w13_weight_scale = rows(w13), rows(s13)
-    layer.w2_weight, layer.w2_weight_scale = cols(w2, pad // 2), cols(s2, pad // 32)
+    for name, t in (("w13_weight", padded.w13), ("w13_weight_scale", padded.w13_scale), ("w2_weight", padded.w2),
+                    ("w2_weight_scale", padded.w2_scale)):
+        setattr(layer, name, torch.nn.Parameter(t, requires_grad=False))
     layer.moe_runner_config = types.SimpleNamespace(activation="situ", gate_up_interleaved=False)
     method = types.SimpleNamespace(use_marlin=False, use_mega_moe=False, _fi_kernel=None, use_triton_kernels=False,
                                    use_flashinfer=False, use_deep_gemm=False, num_experts=E, with_bias=False)
