@@ -16,11 +16,10 @@ import contextlib
 import io
 import logging
 import os
-import sys
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
-from sgl_k3_mono.budget import step_bytes
+from sgl_k3_mono.budget import expert_bytes, step_bytes
 from sgl_k3_mono.dims import K3Dims, text_config_of
 from sgl_k3_mono.isa import PROFILES, WIDTHS, sglang_default_decode_backend
 
@@ -177,17 +176,32 @@ def expert_format(hf_config: object) -> str:
     return "mxfp4" if "mxfp4" in str(fmt) else "bf16"
 
 
+def mxfp4_held_as(isa: str, env=None) -> str:
+    """How SGLang 0.5.23 holds a checkpoint's MXFP4 experts after loading, under the MoE
+    runners the flag accepts (auto / triton, and aiter on gfx950): "aiter" (AITER's
+    preshuffle, still MXFP4) on HIP with SGLANG_USE_AITER set, as ROCm's SGLang images and
+    Kimi-K3's MI355X recipe set it; else "bf16": Mxfp4MoEMethod's post-load dequantizes
+    them (CUDA's default path: sm_90 serves bf16 experts)."""
+    env = os.environ if env is None else env
+    aiter = str(env.get("SGLANG_USE_AITER", "false")).strip().lower() in ("1", "true", "yes", "on")
+    return "aiter" if isa == "gfx950" and aiter else "bf16"
+
+
 def expert_layout_line(isa: str, inter: int, env=None) -> str:
-    """Where SGLang 0.5.23 will leave the MXFP4 experts, as this environment selects it:
-    AITER's preshuffle on gfx950 (its kind from the same variables SGLang reads at load),
-    the loaded layout elsewhere; K2 reads either in place (k2/expert_layout.py)."""
-    if isa != "gfx950":
-        return "SGLang's loaded layout (read in place)"
+    """Where SGLang 0.5.23 will leave the MXFP4 experts, as this environment selects it
+    (mxfp4_held_as): AITER's preshuffle (its kind from the same variables SGLang reads at
+    load), or bf16 rows after its post-load dequantization; K2 reads either in place
+    (k2/expert_layout.py; the bf16 expert path)."""
+    env = os.environ if env is None else env
+    if mxfp4_held_as(isa, env) == "bf16":
+        why = "CUDA" if isa != "gfx950" else "SGLANG_USE_AITER is not set here"
+        return (f"MXFP4 in the checkpoint, dequantized to bf16 by SGLang's post-load ({why}: "
+                "Mxfp4MoEMethod under the triton runner); K2 reads the bf16 experts in place")
     from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
 
-    lay = AiterLayout.from_env(inter, os.environ if env is None else env)
-    return (f"{lay.describe()} as SGLang's AITER post-load leaves them under this environment "
-            "(AITER_SITUV2_A4W4 / _A8W4, SGLANG_AITER_K3_OPT); K2 reads it in place")
+    lay = AiterLayout.from_env(inter, env)
+    return (f"MXFP4, {lay.describe()} as SGLang's AITER post-load leaves them under this environment "
+            "(SGLANG_USE_AITER, AITER_SITUV2_A4W4 / _A8W4, SGLANG_AITER_K3_OPT); K2 reads it in place")
 
 
 def report(v: Verdict, isa: str) -> str:
@@ -231,7 +245,16 @@ def report(v: Verdict, isa: str) -> str:
     lines.append("  SGLang: embedding, final attn-res read and norm, lm_head and logits")
     fmt = expert_format(v.hf_config)
     if fmt == "mxfp4":
-        lines.append(f"routed experts: MXFP4, {expert_layout_line(isa, d.expert_inter_local)}")
+        lines.append(f"routed experts: {expert_layout_line(isa, d.expert_inter_local)}")
+        fmt = "mxfp4" if mxfp4_held_as(isa) == "aiter" else "bf16"  # the bytes the launches read
+    held = d.experts * expert_bytes(d, fmt) * sum(1 for i in range(d.layers) if d.is_moe(i))
+    if fmt == "mxfp4" and isa == "gfx950":  # AITER's padded expert width
+        from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
+
+        held = held * AiterLayout.from_env(d.expert_inter_local, os.environ).inter_pad // d.expert_inter_local
+    lines.append(f"  {fmt} routed experts held: {held / 1e9:.1f} GB a rank")
+    if profile and held > profile.memory_gb * 1e9:
+        lines.append(f"  more than the {profile.gpu}'s {profile.memory_gb:g} GB: SGLang cannot hold them at this TP")
     if profile:
         bw = profile.bandwidth_tb_s
         lines.append(f"bytes per step per rank ({fmt} experts, {v.mode}; floor = bytes / {bw:g} TB/s datasheet):")

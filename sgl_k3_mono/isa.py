@@ -27,6 +27,8 @@ class IsaProfile:
     """TP sizes the launches are built for on this ISA."""
     bandwidth_tb_s: float
     """HBM bandwidth by the datasheet (TB/s), for the byte-floor times `check` prints."""
+    memory_gb: float
+    """HBM a GPU by the datasheet (GB), against which `check` sets the experts' bytes a rank."""
     decode_attention_backends: frozenset[str]
     """SGLang decode attention backends the 24 MLA layers may run on (unchanged)."""
     device_code: str
@@ -46,6 +48,7 @@ PROFILES = {
         resident_blocks=256,
         tp_sizes=(8,),
         bandwidth_tb_s=8.0,
+        memory_gb=288.0,
         # SGLang's AITER MLA decode; the K3 12-head layout is what the standard path runs.
         decode_attention_backends=frozenset({"aiter"}),
         device_code="FlyDSL",
@@ -57,6 +60,7 @@ PROFILES = {
         resident_blocks=132,
         tp_sizes=(1, 2, 4, 8),
         bandwidth_tb_s=4.8,
+        memory_gb=141.0,
         # The MLA decode backends SGLang 0.5.23 runs on Hopper (fa3 is its default there).
         decode_attention_backends=frozenset({"fa3", "flashmla", "flashinfer", "triton"}),
         device_code="Triton",

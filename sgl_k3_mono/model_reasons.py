@@ -233,6 +233,10 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         if experts_shuffled(experts):
             _aiter_experts(r, where, experts, d)
             return
+        if mxfp4_upcast(experts):  # K2 reads them as it reads bf16 experts
+            r.tensor(where, "experts.w13_weight", w13, (E, 2 * I, L), "bfloat16")
+            r.tensor(where, "experts.w2_weight", getattr(experts, "w2_weight", None), (E, L, I), "bfloat16")
+            return
         r.tensor(where, "experts.w13_weight", w13, (E, 2 * I, L // 2), "uint8")
         r.tensor(where, "experts.w13_weight_scale", getattr(experts, "w13_weight_scale", None),
                  (E, 2 * I, L // 32), "uint8")
@@ -242,6 +246,16 @@ def _experts(r: _Reasons, where: str, experts: Any, d: K3Dims) -> None:
         _nan_scales(r, where, experts)
     else:
         r.add(where, f"routed experts use {method}; K2 reads {list(EXPERT_FORMATS)}")
+
+
+def mxfp4_upcast(experts: Any) -> bool:
+    """SGLang dequantized these MXFP4 experts to bf16 after loading: Mxfp4MoEMethod's
+    post-load does that wherever no runner-specific branch takes the layer, which with the
+    auto / triton runners is CUDA (sm_90: the default) and HIP without SGLANG_USE_AITER. It
+    replaces w13 / w2 by bf16 [E, 2I, L] / [E, L, I] and deletes the scales; a bf16 w13 that
+    still has its scales is no state SGLang leaves, and is checked as MXFP4 (and refused)."""
+    w13 = getattr(experts, "w13_weight", None)
+    return str(getattr(w13, "dtype", "")) == "torch.bfloat16" and getattr(experts, "w13_weight_scale", None) is None
 
 
 def experts_shuffled(experts: Any) -> bool:

@@ -8,12 +8,13 @@ cuBLAS (torch.matmul) for o_proj, the merged MoE front, the shared down and the 
 up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing in torch
 ops (sigmoid, bias, top-k, renormalise); the attn-res seam as `StandardSeam` (SGLang's
 Triton score/combine pair, torch RMSNorm); the routed
-experts as one batched cuBLAS matmul over the touched experts in bf16. SGLang 0.5.23 serves
-Kimi-K3's MXFP4 experts on sm_90 through Marlin (sgl_kernel) or FlashInfer's cutlass_sm90
-MoE, CUDA builds that do not run on the lent machine; its triton_kernels runner (pure
-Triton, in SGLang's wheel) is no MXFP4 path for Kimi-K3: without a bias it takes bf16
-weights and silu / gelu only, with one swiglu only, never SiTU. So the like-for-like
-comparison is bf16 experts on both sides; MXFP4 rows are ours vs floor.
+experts as one batched cuBLAS matmul over the touched experts in bf16. On sm_90 SGLang 0.5.23
+keeps no MXFP4 experts under its default MoE runner (auto, i.e. triton): Mxfp4MoEMethod's
+post-load dequantizes them to bf16, and the flag's K2 then reads those bf16 experts too. The
+runners that keep MXFP4 there (Marlin, FlashInfer's cutlass_sm90, triton_kernels) repack it,
+which the flag refuses; Marlin and FlashInfer are CUDA builds that do not run on the lent
+machine. So the like-for-like comparison is bf16 experts on both sides; MXFP4 rows (the
+gfx950 design's path) are ours vs floor.
 TP 1 on one GPU: no all-reduce on either side.
 """
 

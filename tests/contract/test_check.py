@@ -17,6 +17,7 @@ def check(private_registry, monkeypatch, capsys):
 
     for k in ("AITER_SITUV2_A4W4", "AITER_SITUV2_A8W4", "SGLANG_AITER_K3_OPT"):  # SGLang's defaults
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SGLANG_USE_AITER", "1")  # as ROCm's SGLang images and Kimi-K3's MI355X recipe set it
 
     def run(*args):
         monkeypatch.setattr(plugins, "_plugins_loaded", False)
@@ -47,6 +48,7 @@ def test_default_is_real_kimi_k3_at_tp8_on_gfx950(check):
     # where SGLang's AITER post-load leaves the MXFP4 experts by default (the environment's choice)
     assert any(line.startswith("routed experts: MXFP4, AITER gate/up-interleaved a16w4 preshuffle, expert width "
                                "padded 384 -> 512 as SGLang's AITER post-load leaves them") for line in lines), out
+    assert "  mxfp4 routed experts held: 241.1 GB a rank" in lines  # I_l padded to 512, as AITER holds them
     # the byte floor at M=1: 6.38 GB (K1, 69 layers) and 18.97 GB (K2, 92 layers) at 8 TB/s
     assert "     1 |   6.38        0.797 |  18.97        2.371 |          3.168" in lines
     assert lines[-1] == "device code on gfx950: FlyDSL, NOT executed on this hardware by this project"
@@ -55,9 +57,25 @@ def test_default_is_real_kimi_k3_at_tp8_on_gfx950(check):
 def test_expert_layout_line_follows_the_environment():
     from sgl_k3_mono.check import expert_layout_line
 
-    assert expert_layout_line("sm_90", 384) == "SGLang's loaded layout (read in place)"
-    line = expert_layout_line("gfx950", 384, {"AITER_SITUV2_A4W4": "1", "SGLANG_AITER_K3_OPT": "1"})
-    assert line.startswith("AITER generic 16x16 preshuffle, expert width 384 unpadded")
+    aiter = {"SGLANG_USE_AITER": "1"}
+    for isa, env in (("sm_90", aiter), ("gfx950", {})):  # Mxfp4MoEMethod's post-load upcast
+        assert expert_layout_line(isa, 384, env).startswith("MXFP4 in the checkpoint, dequantized to bf16 by "
+                                                            "SGLang's post-load"), (isa, env)
+    line = expert_layout_line("gfx950", 384, {**aiter, "AITER_SITUV2_A4W4": "1", "SGLANG_AITER_K3_OPT": "1"})
+    assert line.startswith("MXFP4, AITER generic 16x16 preshuffle, expert width 384 unpadded")
+
+
+def test_sm90_counts_the_bf16_experts_sglang_leaves(check):
+    """On sm_90 SGLang serves the MXFP4 checkpoint's experts dequantized to bf16, so K2 reads
+    bf16 experts and the byte floor counts their bytes (more than the MXFP4 table's)."""
+    code, out = check("--isa", "sm_90")
+    lines = out.splitlines()
+    assert code == 0, out
+    assert any(line.startswith("routed experts: MXFP4 in the checkpoint, dequantized to bf16 by SGLang's "
+                               "post-load (CUDA") for line in lines), out
+    assert any(line.startswith("bytes per step per rank (bf16 experts") for line in lines), out
+    assert "  bf16 routed experts held: 680.7 GB a rank" in lines
+    assert "  more than the NVIDIA H200's 141 GB: SGLang cannot hold them at this TP" in lines
 
 
 def test_refused_setup_lists_every_reason(check):

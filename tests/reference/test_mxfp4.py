@@ -184,3 +184,44 @@ def test_mxfp4_moe_vs_kimik3moe_forward(small_mxfp4_moe, m, monkeypatch):
     got = measure(theirs, ref.out)
     print(f"\nk3-small MXFP4 KimiK3MoE.forward M={m} vs reference: {got}")
     assert got["cosine"] > 0.99999 and got["max_abs"] <= 2 ** -7 * ref.out.abs().max().item()
+
+
+def test_sglang_upcast_experts_are_served_as_bf16():
+    """On CUDA (sm_90 with the default auto / triton MoE runner) and on HIP without
+    SGLANG_USE_AITER, Mxfp4MoEMethod's post-load dequantizes the experts to bf16 [E, 2I, L] /
+    [E, L, I] and deletes the scales. The flag serves those layers through K2's bf16 expert
+    path, reading SGLang's tensors in place, instead of refusing them as MXFP4 of the wrong
+    dtype. k3-small built by SGLang on the CPU, whose post-load takes that same branch (the
+    upcast through triton_kernels' torch twin). A bf16 w13 that still has its scales is no
+    state SGLang leaves: refused."""
+    from support.sglang_cpu import build_model
+
+    from sgl_k3_mono.k2.views import rank_weights_from_sglang
+    from sgl_k3_mono.model_reasons import model_disable_reasons
+    from sgl_k3_mono.reference.experts import DenseExperts
+
+    with torch_twin_upcast():
+        model = build_model(str(CONFIGS / "k3-small"))
+    moe_layers = [(i, lay) for i, lay in enumerate(model.language_model.model.layers) if hasattr(lay.mlp, "experts")]
+    assert moe_layers
+    for _, lay in moe_layers:
+        ex = lay.mlp.experts
+        assert type(ex.quant_method).__name__ == "Mxfp4MoEMethod"
+        assert ex.w13_weight.dtype == torch.bfloat16 and getattr(ex, "w13_weight_scale", None) is None
+    assert model_disable_reasons(model, model.config, {}) == []
+    i, lay = moe_layers[0]
+    ex = lay.mlp.experts
+    served = rank_weights_from_sglang(lay, rank=0, tp=1).moe.experts
+    assert isinstance(served, DenseExperts)
+    assert served.w13.data_ptr() == ex.w13_weight.data_ptr() and served.w2.data_ptr() == ex.w2_weight.data_ptr()
+    E, two_i, L = ex.w13_weight.shape
+    ex.w13_weight_scale = torch.nn.Parameter(torch.zeros(E, two_i, L // 32, dtype=torch.uint8), requires_grad=False)
+    try:
+        assert model_disable_reasons(model, model.config, {}) == [
+            f"layer {i}: experts.w13_weight is bfloat16 [{E}, {two_i}, {L}]; the launch reads uint8 "
+            f"[{E}, {two_i}, {L // 2}]",
+            f"layer {i}: experts.w2_weight is bfloat16 [{E}, {L}, {two_i // 2}]; the launch reads uint8 "
+            f"[{E}, {L}, {two_i // 4}]",
+            f"layer {i}: experts.w2_weight_scale is missing (the launch reads a uint8 [{E}, {L}, {two_i // 64}] tensor)"]
+    finally:
+        del ex.w13_weight_scale
