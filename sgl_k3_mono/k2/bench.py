@@ -7,8 +7,9 @@ The standard path here is what runs on the lent H200 without SGLang's runtime:
 cuBLAS (torch.matmul) for o_proj, the merged MoE front, the shared down and the latent
 up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing in torch
 ops (sigmoid, bias, top-k, renormalise); the attn-res seam as `StandardSeam` (SGLang's
-Triton score/combine pair, torch RMSNorm); the routed
-experts as one batched cuBLAS matmul over the touched experts in bf16. On sm_90 SGLang 0.5.23
+Triton score/combine pair, torch RMSNorm); the routed experts as SGLang's triton MoE runner
+forms them from its own Triton ops (k2/sglang_moe.py; `std`), and, as before, as one batched
+cuBLAS matmul over the gathered experts in bf16 (`std_bmm`, which copies the experts first). On sm_90 SGLang 0.5.23
 keeps no MXFP4 experts under its default MoE runner (auto, i.e. triton): Mxfp4MoEMethod's
 post-load dequantizes them to bf16, and the flag's K2 then reads those bf16 experts too. The
 runners that keep MXFP4 there (Marlin, FlashInfer's cutlass_sm90, triton_kernels) repack it,
@@ -66,13 +67,22 @@ def _situ_op(device: str = "cuda"):
         return torch_situ, "torch SiTU"
 
 
-def standard_path(w, *, top_k: int):
+def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "bmm"):
     """The layer as separate library calls (bf16 experts): `run(attn, bank, nvb, prefix,
-    out)` writes `out` (prefix None: a block write restarted the residual)."""
+    out)` writes `out` (prefix None: a block write restarted the residual). `experts`:
+    "sglang", the routed experts as SGLang's triton runner forms them (k2/sglang_moe.py;
+    buffers for `rows` rows); "bmm", one batched cuBLAS matmul over the gathered experts
+    (which copies each (row, slot)'s expert weights first: more bytes than SGLang reads)."""
     situ, _ = _situ_op(w.o_proj.device)
     moe = w.moe
     if not hasattr(moe.experts, "w13"):
         raise ValueError("standard_path: composed for bf16 routed experts only (no MXFP4 MoE op on sm_90)")
+    routed = None
+    if experts == "sglang":
+        from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts
+
+        routed = sglang_routed_experts(moe.experts.w13, moe.experts.w2, top_k=top_k, rows=rows,
+                                       beta=moe.params.situ_beta, linear_beta=moe.params.situ_linear_beta)
     front = torch.cat([moe.shared_gate_up, moe.router, moe.latent_down])  # SGLang's merged _front_w
     s2, e = moe.shared_gate_up.shape[0], moe.router.shape[0]
     w13, w2 = moe.experts.w13, moe.experts.w2
@@ -90,11 +100,14 @@ def standard_path(w, *, top_k: int):
         ids = torch.topk(s + moe.router_bias, top_k, -1).indices
         wts = s.gather(1, ids)
         wts = wts / (wts.sum(-1, keepdim=True) + 1e-20)
-        flat = ids.flatten()
-        hx = torch.bmm(w13[flat], xin.repeat_interleave(top_k, 0).unsqueeze(-1)).squeeze(-1)
-        act = situ(hx)
-        y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
-        lat = (y.float() * wts.unsqueeze(-1)).sum(1)
+        if routed is not None:
+            lat = routed(xin, ids, wts).float()
+        else:
+            flat = ids.flatten()
+            hx = torch.bmm(w13[flat], xin.repeat_interleave(top_k, 0).unsqueeze(-1)).squeeze(-1)
+            act = situ(hx)
+            y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
+            lat = (y.float() * wts.unsqueeze(-1)).sum(1)
         ln = (lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + eps) * moe.latent_norm.float()).bfloat16()
         o = ln @ moe.latent_up.t()
         out.copy_(((o.float() + shared.float()).bfloat16().float() + p.float()).bfloat16())
@@ -204,18 +217,27 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
             floor_bytes = lb.weights + lb.activations + expert_b
             floor_us = floor_bytes / (bw * 1e9) * 1e6
-            std = None
+            std = std_bmm = None
             if fmt == "bf16":
-                std_run, std_out = standard_path(rw, top_k=16), torch.empty_like(out)
-                std = _graph_time_us(lambda: std_run(attn, bank, nvb, prefix, std_out))
-            r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, floor_us=floor_us, touched=touched,
-                     bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
+                std_out = torch.empty_like(out)
+                bmm_run = standard_path(rw, top_k=16)
+                std_bmm = _graph_time_us(lambda: bmm_run(attn, bank, nvb, prefix, std_out))
+                try:
+                    sg_run = standard_path(rw, top_k=16, rows=m, experts="sglang")
+                    sg_run(attn, bank, nvb, prefix, std_out)  # its Triton kernels' compile, apart from the timing
+                    std = _graph_time_us(lambda: sg_run(attn, bank, nvb, prefix, std_out))
+                except Exception as e:  # (SGLang's Triton MoE ops where they do not import or run)
+                    print(f"K2BENCH standard path with SGLang's fused MoE: not run ({type(e).__name__}: {e})",
+                          flush=True)
+            r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, std_bmm_us=std_bmm, floor_us=floor_us,
+                     touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
             std_s = f"{std:9.1f}" if std else "      n/a"
             sp = f"{std / ours:6.2f}x" if std else "    n/a"
+            bmm_s = f" std_bmm={std_bmm:.1f}us ({std_bmm / ours:.2f}x)" if std_bmm else ""
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
-                  f"bw_frac={floor_us / ours:5.2f} speedup={sp} experts="
+                  f"bw_frac={floor_us / ours:5.2f} speedup={sp}{bmm_s} experts="
                   f"{'mma' if launch.tiles_used.get('MMA') else 'dot'} KSX={launch.tiles_used.get('KSX')} "
                   f"SDU={launch.tiles_used.get('SDU')} phases=" + "/".join(f"{t:.1f}" for t in per_phase)
                   + f" wall_s=first:{t_first - t_row:.1f},timed:{t_timed - t_first:.1f},"

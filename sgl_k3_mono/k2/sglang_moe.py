@@ -1,0 +1,80 @@
+"""The standard path's routed experts as SGLang 0.5.23 runs them on sm_90 for Kimi-K3 (bf16
+experts under its default triton MoE runner), from SGLang's own Triton ops, for `bench k2`.
+
+SGLang's runner (`triton_utils.fused_moe._fused_moe_kernel_sequence`) aligns the (row, slot)
+pairs to expert blocks, runs its fused MoE GEMM over w13, SiTU in torch (fp32 from the bf16
+GEMM output, rounded back), the fused MoE GEMM over w2 with the router weights applied, and
+sums the top-k slots. Its module imports sgl_kernel on CUDA, which the lent machine does not
+have, so the same sequence is composed here from the pieces that are pure Triton:
+`moe_align_small_numel` (what SGLang itself runs for up to 64 pairs; at 8 rows the 128 pairs
+go to a CUDA align kernel in SGLang, here to this one at a pair count it is not tuned for),
+`invoke_fused_moe_kernel` with SGLang's config for the shape (its default: no tuned file for
+E 896, N 384), and `moe_sum_reduce_triton` (SGLang's Triton twin of sgl_kernel's sum). The
+config lookup asks SGLang's runtime context only whether deterministic inference is on; a
+stand-in says no.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Callable
+
+import torch
+
+
+def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple[dict, dict]:
+    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
+
+    ctx = types.SimpleNamespace(deterministic=types.SimpleNamespace(enable_deterministic_inference=False))
+    real, cfg.get_exec = cfg.get_exec, lambda: ctx
+    try:
+        up, (down, _) = cfg.try_get_optimal_moe_config(tuple(w13.shape), tuple(w2.shape), top_k, None, rows,
+                                                       return_down_config=True)
+    finally:
+        cfg.get_exec = real
+    up = {k: v for k, v in up.items() if k != "USE_TMA"}
+    down = {k: v for k, v in (down or up).items() if k != "USE_TMA"}
+    return up, down
+
+
+def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, rows: int, beta: float,
+                          linear_beta: float) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+    """run(x [rows, L] bf16, ids [rows, top_k] int, wts [rows, top_k] fp32) -> [rows, L] bf16:
+    the router-weighted sum of the chosen experts' SiTU MLPs, as SGLang's triton runner forms
+    it (w13 [E, 2I, L], w2 [E, L, I] bf16). Buffers are allocated here, once, so a CUDA graph
+    can capture run. Raises ImportError where SGLang's Triton ops are not importable."""
+    import triton.language as tl
+    from sglang.kernels.ops.moe.fused_moe_triton_kernels import invoke_fused_moe_kernel, moe_sum_reduce_triton
+    from sglang.kernels.ops.moe.moe_align_small_numel import moe_align_small_numel
+
+    E, n2, L = w13.shape
+    dev, pairs = w13.device, rows * top_k
+    up, down = _config(w13, w2, top_k, rows)
+    bm = up["BLOCK_SIZE_M"]
+    down["BLOCK_SIZE_M"] = bm  # one alignment serves both GEMMs (SGLang forces the same)
+    # the align's buffers as SGLang's moe_align_block_size sizes them (E + 1 buckets: "+1 offset")
+    padded = pairs * bm if pairs < E + 1 else pairs + (E + 1) * (bm - 1)
+    padded = (padded + 3) // 4 * 4
+    sorted_ids = torch.empty(padded, dtype=torch.int32, device=dev)
+    expert_ids = torch.empty(-(-padded // bm), dtype=torch.int32, device=dev)
+    n_post = torch.empty(1, dtype=torch.int32, device=dev)
+    c1 = torch.empty(pairs, n2, dtype=torch.bfloat16, device=dev)
+    c2 = torch.empty(pairs, n2 // 2, dtype=torch.bfloat16, device=dev)
+    c3 = torch.empty(rows, top_k, L, dtype=torch.bfloat16, device=dev)
+    out = torch.empty(rows, L, dtype=torch.bfloat16, device=dev)
+    flags = dict(compute_type=tl.bfloat16, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
+                 use_int4_w4a16=False, per_channel_quant=False, filter_expert=False)
+
+    def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
+        ids32 = ids.to(torch.int32)
+        moe_align_small_numel(ids32, E + 1, bm, sorted_ids, expert_ids, n_post)
+        invoke_fused_moe_kernel(x, w13, None, c1, None, None, None, wts, ids32, sorted_ids, expert_ids, n_post,
+                                False, top_k, up, **flags)
+        gate, upv = c1[:, :n2 // 2].float(), c1[:, n2 // 2:].float()
+        c2.copy_(beta * torch.tanh(gate / beta) * torch.sigmoid(gate) * (linear_beta * torch.tanh(upv / linear_beta)))
+        invoke_fused_moe_kernel(c2, w2, None, c3, None, None, None, wts, ids32, sorted_ids, expert_ids, n_post,
+                                True, 1, down, router_topk=top_k, **flags)
+        moe_sum_reduce_triton(c3, out, 1.0)
+        return out
+
+    return run
