@@ -4,8 +4,10 @@ experts under its default triton MoE runner), from SGLang's own Triton ops, for 
 SGLang's runner (`triton_utils.fused_moe._fused_moe_kernel_sequence`) aligns the (row, slot)
 pairs to expert blocks, runs its fused MoE GEMM over w13, SiTU in torch (fp32 from the bf16
 GEMM output, rounded back), the fused MoE GEMM over w2 with the router weights applied, and
-sums the top-k slots. Its module imports sgl_kernel on CUDA, which the lent machine does not
-have, so the same sequence is composed here from the pieces that are pure Triton:
+sums the top-k slots. Its modules import sgl_kernel on CUDA, which the lent machine does not
+have: where it is missing, a stand-in whose every function raises when called is in
+sys.modules for the import alone (no call reaches it), and the same sequence is composed
+here from the pieces that are pure Triton:
 `moe_align_small_numel` (what SGLang itself runs for up to 64 pairs; at 8 rows the 128 pairs
 go to a CUDA align kernel in SGLang, here to this one at a pair count it is not tuned for),
 `invoke_fused_moe_kernel` with SGLang's config for the shape (its default: no tuned file for
@@ -16,14 +18,42 @@ stand-in says no.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import sys
 import types
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
 
+@contextlib.contextmanager
+def _sgl_kernel_for_import() -> Iterator[None]:
+    """sgl_kernel where it is installed; else, for the duration of an import, a module whose
+    every attribute is a function that raises, so module-level `from sgl_kernel import x`
+    succeeds and any call of x fails loudly."""
+    if importlib.util.find_spec("sgl_kernel") is not None:
+        yield
+        return
+
+    def missing(name):
+        def call(*_a, **_k):
+            raise RuntimeError(f"sgl_kernel.{name}: sgl_kernel is not installed (bench k2's import stand-in)")
+        return call
+
+    stub = types.ModuleType("sgl_kernel")
+    stub.__getattr__ = missing  # module-level __getattr__ (PEP 562)
+    sys.modules["sgl_kernel"] = stub
+    try:
+        yield
+    finally:
+        if sys.modules.get("sgl_kernel") is stub:
+            del sys.modules["sgl_kernel"]
+
+
 def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple[dict, dict]:
-    import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
+    with _sgl_kernel_for_import():
+        import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
 
     ctx = types.SimpleNamespace(deterministic=types.SimpleNamespace(enable_deterministic_inference=False))
     real, cfg.get_exec = cfg.get_exec, lambda: ctx
@@ -44,8 +74,10 @@ def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, ro
     it (w13 [E, 2I, L], w2 [E, L, I] bf16). Buffers are allocated here, once, so a CUDA graph
     can capture run. Raises ImportError where SGLang's Triton ops are not importable."""
     import triton.language as tl
-    from sglang.kernels.ops.moe.fused_moe_triton_kernels import invoke_fused_moe_kernel, moe_sum_reduce_triton
-    from sglang.kernels.ops.moe.moe_align_small_numel import moe_align_small_numel
+
+    with _sgl_kernel_for_import():
+        from sglang.kernels.ops.moe.fused_moe_triton_kernels import invoke_fused_moe_kernel, moe_sum_reduce_triton
+        from sglang.kernels.ops.moe.moe_align_small_numel import moe_align_small_numel
 
     E, n2, L = w13.shape
     dev, pairs = w13.device, rows * top_k
