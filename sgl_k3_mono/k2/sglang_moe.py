@@ -32,6 +32,11 @@ def _sgl_kernel_for_import() -> Iterator[None]:
     """sgl_kernel where it is installed; else, for the duration of an import, a module whose
     every attribute is a function that raises, so module-level `from sgl_kernel import x`
     succeeds and any call of x fails loudly."""
+    # SGLang's import chain reaches torch.distributed.tensor (through transformers); imported
+    # first here, a failed or repeated attempt below it cannot register its ops a second time
+    # (on the lent machine a bare script otherwise stops in _functional_collectives)
+    importlib.import_module("torch.distributed.tensor")
+
     if importlib.util.find_spec("sgl_kernel") is not None:
         yield
         return
