@@ -3,7 +3,9 @@ by what SGLang's standard path runs for the same work (K1: `k1.bench.standard_k1
 seam as SGLang's Triton pair (`standard_seam`), cuBLAS in-projection and SGLang's
 `kda_fused_decode`; K2: `k2.bench.standard_path`, library calls with bf16 experts), so
 the two steps differ in the launches alone. Per-layer weight layouts are prepared on
-entry (not timed)."""
+entry (not timed). The routed experts here are still standard_path's gathered bmm, which
+copies the experts first and so overstates the step's ratio; `bench k2` also times SGLang's
+own fused MoE (k2/sglang_moe.py, buffers sized per width), not yet wired into the step."""
 
 from __future__ import annotations
 
