@@ -53,8 +53,9 @@ MAX_TOKENS = 8
 """The widest step the launches take (rows = requests x tokens a request)."""
 MOE_RUNNERS = {"sm_90": ("auto", "triton"), "gfx950": ("auto", "triton", "aiter")}
 """--moe-runner-backend values under which SGLang 0.5.23 leaves the routed experts where K2
-reads them: their loaded layout (auto off AITER, triton), or on gfx950 AITER's MXFP4
-preshuffles (auto with SGLANG_USE_AITER, aiter; k2/expert_layout.py). The others repack the
+reads them: their loaded layout (auto off AITER, triton; MXFP4 ones dequantized to bf16 by
+Mxfp4MoEMethod's post-load there), or on gfx950 AITER's MXFP4 preshuffles (auto with
+SGLANG_USE_AITER, aiter; k2/expert_layout.py). The others repack the
 experts for their own kernels after loading (marlin, flashinfer_*, triton_kernel,
 deep_gemm, cutlass, ...) or are not read here."""
 
