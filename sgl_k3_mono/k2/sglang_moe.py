@@ -61,12 +61,14 @@ def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple
         import sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe_triton_config as cfg
 
     ctx = types.SimpleNamespace(deterministic=types.SimpleNamespace(enable_deterministic_inference=False))
-    real, cfg.get_exec = cfg.get_exec, lambda: ctx
+    real, cfg.get_exec = (cfg.get_exec, cfg.get_device_name), lambda: ctx
+    if real[1]() is None:  # no GPU (the interpreter): no tuned file can match, SGLang's default config
+        cfg.get_device_name = lambda: "none"
     try:
         up, (down, _) = cfg.try_get_optimal_moe_config(tuple(w13.shape), tuple(w2.shape), top_k, None, rows,
                                                        return_down_config=True)
     finally:
-        cfg.get_exec = real
+        cfg.get_exec, cfg.get_device_name = real
     up = {k: v for k, v in up.items() if k != "USE_TMA"}
     down = {k: v for k, v in (down or up).items() if k != "USE_TMA"}
     return up, down
@@ -74,10 +76,12 @@ def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple
 
 def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, rows: int, beta: float,
                           linear_beta: float) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
-    """run(x [rows, L] bf16, ids [rows, top_k] int, wts [rows, top_k] fp32) -> [rows, L] bf16:
-    the router-weighted sum of the chosen experts' SiTU MLPs, as SGLang's triton runner forms
-    it (w13 [E, 2I, L], w2 [E, L, I] bf16). Buffers are allocated here, once, so a CUDA graph
-    can capture run. Raises ImportError where SGLang's Triton ops are not importable."""
+    """run(x [rows, L], ids [rows, top_k] int, wts [rows, top_k] fp32) -> [rows, L]: the
+    router-weighted sum of the chosen experts' SiTU MLPs, as SGLang's triton runner forms it
+    (w13 [E, 2I, L], w2 [E, L, I] bf16; fp16 runs the same kernels, which Triton's CPU
+    interpreter computes correctly where its bf16 gives garbage). Buffers are allocated here,
+    once, so a CUDA graph can capture run. Raises ImportError where SGLang's Triton ops are not
+    importable."""
     import triton.language as tl
 
     with _sgl_kernel_for_import():
@@ -95,11 +99,12 @@ def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, ro
     sorted_ids = torch.empty(padded, dtype=torch.int32, device=dev)
     expert_ids = torch.empty(-(-padded // bm), dtype=torch.int32, device=dev)
     n_post = torch.empty(1, dtype=torch.int32, device=dev)
-    c1 = torch.empty(pairs, n2, dtype=torch.bfloat16, device=dev)
-    c2 = torch.empty(pairs, n2 // 2, dtype=torch.bfloat16, device=dev)
-    c3 = torch.empty(rows, top_k, L, dtype=torch.bfloat16, device=dev)
-    out = torch.empty(rows, L, dtype=torch.bfloat16, device=dev)
-    flags = dict(compute_type=tl.bfloat16, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
+    dt = w13.dtype
+    c1 = torch.empty(pairs, n2, dtype=dt, device=dev)
+    c2 = torch.empty(pairs, n2 // 2, dtype=dt, device=dev)
+    c3 = torch.empty(rows, top_k, L, dtype=dt, device=dev)
+    out = torch.empty(rows, L, dtype=dt, device=dev)
+    flags = dict(compute_type=tl.bfloat16 if dt == torch.bfloat16 else tl.float16, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
                  use_int4_w4a16=False, per_channel_quant=False, filter_expert=False)
 
     def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:

@@ -64,7 +64,7 @@ and not seam_run_twice and not flat_dense"
 k2_rest() {
   OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py -k "$K2_REST_A" &
   OMP_NUM_THREADS=2 t k2-rest2 "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
-    tests/launch/test_triton_smem.py -k "$K2_REST_B" &
+    tests/launch/test_triton_smem.py tests/launch/test_sglang_moe.py -k "$K2_REST_B" &
   OMP_NUM_THREADS=2 t k2-rest3 "$1" tests/launch/test_k2.py -k "$K2_REST_C" &
   wait
 }

@@ -30,7 +30,7 @@ case "${1:-}" in
     OMP_NUM_THREADS=2 t k2-small 450 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 450 tests/launch/test_k2.py -k "gpu_real" &
     OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
-    OMP_NUM_THREADS=2 t k2-rest2 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
+    OMP_NUM_THREADS=2 t k2-rest2 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py tests/launch/test_sglang_moe.py \
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
 and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest3 450 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
@@ -41,7 +41,7 @@ and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-small 420 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 420 tests/launch/test_k2.py -k "gpu_real" &
     OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
-    OMP_NUM_THREADS=2 t k2-rest2 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py \
+    OMP_NUM_THREADS=2 t k2-rest2 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py tests/launch/test_sglang_moe.py \
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
 and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest3 420 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &

@@ -1,0 +1,42 @@
+"""Runs bench k2's SGLang routed experts (k2/sglang_moe.py) against a float64 reference on
+fresh random inputs and prints one JSON line a case. Started by test_sglang_moe.py: on the
+CPU under Triton's interpreter in fp16 (its bf16 gives garbage for SGLang's fused MoE
+kernel), on a GPU in bf16, as bench k2 runs it.
+
+    python sglang_moe_worker.py DEVICE DTYPE ROWS[,ROWS...] E I L K
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+import torch  # noqa: E402
+
+from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts  # noqa: E402
+from sgl_k3_mono.numerics import measure  # noqa: E402
+
+device, dtype = sys.argv[1], getattr(torch, sys.argv[2])
+E, I, L, K = (int(v) for v in sys.argv[4:8])
+for rows in (int(v) for v in sys.argv[3].split(",")):
+    g = torch.Generator(device=device).manual_seed(rows)
+    w13 = (torch.randn(E, 2 * I, L, generator=g, device=device) / L ** 0.5).to(dtype)
+    w2 = (torch.randn(E, L, I, generator=g, device=device) / I ** 0.5).to(dtype)
+    x = torch.randn(rows, L, generator=g, device=device).to(dtype)
+    ids = torch.stack([torch.randperm(E, generator=g, device=device)[:K] for _ in range(rows)])
+    wts = torch.rand(rows, K, generator=g, device=device)
+    wts = wts / wts.sum(-1, keepdim=True)
+    run = sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0)
+    run(x, ids, wts).fill_(float("nan"))  # poisoned: the next run must write every element
+    got = run(x, ids, wts).double()
+    ref = torch.zeros(rows, L, dtype=torch.float64, device=device)
+    for r in range(rows):
+        for j in range(K):
+            e = int(ids[r, j])
+            h = x[r].double() @ w13[e].double().t()
+            gate, up = h[:I], h[I:]
+            act = (4 * torch.tanh(gate / 4) * torch.sigmoid(gate) * 25 * torch.tanh(up / 25)).to(dtype).double()
+            ref[r] += wts[r, j].double() * (act @ w2[e].double().t())
+    m = measure(got.float(), ref.float())
+    print(json.dumps({"rows": rows, "finite": bool(torch.isfinite(got).all()), "scale": float(ref.abs().max()),
+                      **{k: float(m[k]) for k in ("max_abs", "rel", "cosine")}}), flush=True)
