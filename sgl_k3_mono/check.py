@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from sgl_k3_mono.budget import expert_bytes, step_bytes
-from sgl_k3_mono.dims import K3Dims, text_config_of
+from sgl_k3_mono.dims import K3Dims
+from sgl_k3_mono.expert_form import expert_format, mxfp4_held_as, served_format
 from sgl_k3_mono.isa import PROFILES, WIDTHS, sglang_default_decode_backend
 
 FLAG = "--enable-amd-monokernel"
@@ -169,24 +170,6 @@ def layer_plan(d: K3Dims) -> list[tuple[str, list[int]]]:
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
-def expert_format(hf_config: object) -> str:
-    qc = getattr(text_config_of(hf_config), "quantization_config", None) or getattr(
-        hf_config, "quantization_config", None)
-    fmt = (qc or {}).get("format", "") if isinstance(qc, dict) else ""
-    return "mxfp4" if "mxfp4" in str(fmt) else "bf16"
-
-
-def mxfp4_held_as(isa: str, env=None) -> str:
-    """How SGLang 0.5.23 holds a checkpoint's MXFP4 experts after loading, under the MoE
-    runners the flag accepts (auto / triton, and aiter on gfx950): "aiter" (AITER's
-    preshuffle, still MXFP4) on HIP with SGLANG_USE_AITER set, as ROCm's SGLang images and
-    Kimi-K3's MI355X recipe set it; else "bf16": Mxfp4MoEMethod's post-load dequantizes
-    them (CUDA's default path: sm_90 serves bf16 experts)."""
-    env = os.environ if env is None else env
-    aiter = str(env.get("SGLANG_USE_AITER", "false")).strip().lower() in ("1", "true", "yes", "on")
-    return "aiter" if isa == "gfx950" and aiter else "bf16"
-
-
 def expert_layout_line(isa: str, inter: int, env=None) -> str:
     """Where SGLang 0.5.23 will leave the MXFP4 experts, as this environment selects it
     (mxfp4_held_as): AITER's preshuffle (its kind from the same variables SGLang reads at
@@ -195,8 +178,10 @@ def expert_layout_line(isa: str, inter: int, env=None) -> str:
     env = os.environ if env is None else env
     if mxfp4_held_as(isa, env) == "bf16":
         why = "CUDA" if isa != "gfx950" else "SGLANG_USE_AITER is not set here"
+        who = "K2 reads the bf16 experts in place" if isa != "gfx950" else \
+            "the FlyDSL K2 refuses them, the Triton one reads them in place"
         return (f"MXFP4 in the checkpoint, dequantized to bf16 by SGLang's post-load ({why}: "
-                "Mxfp4MoEMethod under the triton runner); K2 reads the bf16 experts in place")
+                f"Mxfp4MoEMethod under the triton runner); {who}")
     from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout
 
     lay = AiterLayout.from_env(inter, env)
@@ -243,10 +228,9 @@ def report(v: Verdict, isa: str) -> str:
     writes = [i for i in d.kda_layers if d.is_block_write(i)]
     lines.append(f"  attn-res bank writes inside K1: {_ranges(writes)}")
     lines.append("  SGLang: embedding, final attn-res read and norm, lm_head and logits")
-    fmt = expert_format(v.hf_config)
-    if fmt == "mxfp4":
+    if expert_format(v.hf_config) == "mxfp4":
         lines.append(f"routed experts: {expert_layout_line(isa, d.expert_inter_local)}")
-        fmt = "mxfp4" if mxfp4_held_as(isa) == "aiter" else "bf16"  # the bytes the launches read
+    fmt = served_format(v.hf_config, isa)  # the bytes the launches read
     held = d.experts * expert_bytes(d, fmt) * sum(1 for i in range(d.layers) if d.is_moe(i))
     if fmt == "mxfp4" and isa == "gfx950":  # AITER's padded expert width
         from sgl_k3_mono.reference.mxfp4_aiter import AiterLayout

@@ -8,11 +8,11 @@ at once and refuses to start.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from sgl_k3_mono.dims import K3Dims, text_config_of
 from sgl_k3_mono.isa import PROFILES, target_isa
-from sgl_k3_mono.kernels import selection_reasons
+from sgl_k3_mono.kernels import IMPL_ENV, choose, selection_reasons
 
 KIMI_K3_TEXT = {
     # field: (value the launches are built for, what it is)
@@ -145,6 +145,27 @@ def _moe_runner_reasons(cfg: Any, isa: Optional[str]) -> list[str]:
             f"{list(accepted)}"]
 
 
+def _expert_form_reasons(hf_config: Any, isa: Optional[str]) -> list[str]:
+    """The FlyDSL K2 (gfx950's default device code) reads MXFP4 experts only: refuse, before
+    load, a setup where SGLang will hold them in bf16 (a bf16 checkpoint, or an MXFP4 one
+    that its post-load dequantizes without SGLANG_USE_AITER; expert_form.served_format)."""
+    from sgl_k3_mono.expert_form import expert_format, served_format
+
+    qc = _get(text_config_of(hf_config), "quantization_config") or _get(hf_config, "quantization_config")
+    if qc and expert_format(hf_config) != "mxfp4":
+        return []  # another quantization: _quantization_reasons' refusal
+    try:
+        if isa != "gfx950" or choose(isa).impl != "flydsl" or served_format(hf_config, isa) == "mxfp4":
+            return []
+    except ValueError:
+        return []  # a bad device-code choice is selection_reasons' refusal
+    why = ("the checkpoint's routed experts are bf16" if expert_format(hf_config) != "mxfp4" else
+           "SGLANG_USE_AITER is not set, so SGLang's post-load dequantizes the checkpoint's MXFP4 experts to bf16")
+    return [f"{why}, and the FlyDSL K2 reads MXFP4 experts only: set SGLANG_USE_AITER=1 for an MXFP4 checkpoint "
+            f"(SGLang then keeps them MXFP4 in AITER's layout), or {IMPL_ENV}=triton (the Triton K2 reads bf16 "
+            "experts)"]
+
+
 def _isa_reasons(cfg: Any, hf_config: Any, isa: Optional[str]) -> list[str]:
     profile = PROFILES.get(isa or "")
     if profile is None:
@@ -177,6 +198,7 @@ def config_disable_reasons(cfg: Any, hf_config: Any) -> list[str]:
         + _speculative_reasons(cfg)
         + _isa_reasons(cfg, hf_config, isa)
         + _moe_runner_reasons(cfg, isa)
+        + _expert_form_reasons(hf_config, isa)
         # the device code: on gfx950 FlyDSL (pinned) unless SGL_K3_MONO_GFX950_IMPL=triton
         + selection_reasons(isa)
     )

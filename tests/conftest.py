@@ -55,3 +55,13 @@ def private_registry(monkeypatch):
 
     monkeypatch.setattr(spec_mod, "_REGISTRY", {})
     return spec_mod._REGISTRY
+
+
+@pytest.fixture(autouse=True)
+def mi355x_server_environment(monkeypatch):
+    """SGLANG_USE_AITER=1, as ROCm's SGLang images and Kimi-K3's MI355X recipe set it, so a
+    gfx950 setup resolves as such a server would (SGLang then keeps MXFP4 experts MXFP4;
+    without it the flag refuses them for the FlyDSL K2: config_reasons._expert_form_reasons).
+    SGLang's own reads of it are HIP-only, so on this CPU it changes only what the plugin
+    asks; a test that wants it unset deletes it."""
+    monkeypatch.setenv("SGLANG_USE_AITER", "1")

@@ -36,6 +36,12 @@ CASES = [
                                            speculative_num_steps=3, speculative_num_draft_tokens=4), {}, None, []),
     ("dspark 8 tokens", "gfx950", dict(GFX, speculative_algorithm="DSPARK", speculative_num_draft_tokens=8),
      {}, None, []),
+    # bf16 experts where the launch reads them: the Triton K2 on gfx950, and sm_90 (whose SGLang
+    # dequantizes an MXFP4 checkpoint's experts to bf16 at load whatever SGLANG_USE_AITER says)
+    ("gfx950 bf16 checkpoint triton K2", "gfx950", GFX, {"SGL_K3_MONO_GFX950_IMPL": "triton"},
+     {"quantization_config": None}, []),
+    ("sm90 mxfp4 without SGLANG_USE_AITER", "sm_90", H200, {"SGLANG_USE_AITER": "0"}, None, []),
+    ("sm90 bf16 checkpoint", "sm_90", H200, {}, {"quantization_config": None}, []),
     # ---- refusals ----
     ("gfx950 tp4", "gfx950", dict(GFX, tp_size=4), {}, None, ["tp_size 4 is not one of ['8']"]),
     ("sm90 tp16", "sm_90", dict(H200, tp_size=16), {}, None, ["tp_size 16 is not one of ['1', '2', '4', '8']"]),
@@ -128,6 +134,15 @@ CASES = [
      ["--moe-runner-backend triton_kernel on gfx950: SGLang repacks the routed experts for that runner after "
       "loading, where K2 reads them as SGLang's auto, triton, aiter runners leave them; accepted are "
       "['auto', 'triton', 'aiter']"]),
+    # the FlyDSL K2 reads MXFP4 experts only: refused where SGLang will hold them in bf16
+    ("gfx950 mxfp4 without SGLANG_USE_AITER", "gfx950", GFX, {"SGLANG_USE_AITER": "0"}, None,
+     ["SGLANG_USE_AITER is not set, so SGLang's post-load dequantizes the checkpoint's MXFP4 experts to bf16, "
+      "and the FlyDSL K2 reads MXFP4 experts only: set SGLANG_USE_AITER=1 for an MXFP4 checkpoint (SGLang then "
+      "keeps them MXFP4 in AITER's layout), or SGL_K3_MONO_GFX950_IMPL=triton (the Triton K2 reads bf16 experts)"]),
+    ("gfx950 bf16 checkpoint", "gfx950", GFX, {}, {"quantization_config": None},
+     ["the checkpoint's routed experts are bf16, and the FlyDSL K2 reads MXFP4 experts only: set "
+      "SGLANG_USE_AITER=1 for an MXFP4 checkpoint (SGLang then keeps them MXFP4 in AITER's layout), or "
+      "SGL_K3_MONO_GFX950_IMPL=triton (the Triton K2 reads bf16 experts)"]),
     ("fp8 checkpoint", "gfx950", GFX, {}, {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
                                                                    "weight_block_size": [128, 128]}},
      ["checkpoint quantization 'fp8' (format ''): the launches read bf16 dense weights and bf16 or MXFP4 "
