@@ -151,15 +151,16 @@ def _expert_form_reasons(hf_config: Any, isa: Optional[str]) -> list[str]:
     that its post-load dequantizes without SGLANG_USE_AITER; expert_form.served_format)."""
     from sgl_k3_mono.expert_form import expert_format, served_format
 
-    qc = _get(text_config_of(hf_config), "quantization_config") or _get(hf_config, "quantization_config")
-    if qc and expert_format(hf_config) != "mxfp4":
+    fmt = expert_format(hf_config)
+    if fmt != "mxfp4" and (_get(text_config_of(hf_config), "quantization_config")
+                           or _get(hf_config, "quantization_config")):
         return []  # another quantization: _quantization_reasons' refusal
     try:
         if isa != "gfx950" or choose(isa).impl != "flydsl" or served_format(hf_config, isa) == "mxfp4":
             return []
     except ValueError:
         return []  # a bad device-code choice is selection_reasons' refusal
-    why = ("the checkpoint's routed experts are bf16" if expert_format(hf_config) != "mxfp4" else
+    why = ("the checkpoint's routed experts are bf16" if fmt != "mxfp4" else
            "SGLANG_USE_AITER is not set, so SGLang's post-load dequantizes the checkpoint's MXFP4 experts to bf16")
     return [f"{why}, and the FlyDSL K2 reads MXFP4 experts only: set SGLANG_USE_AITER=1 for an MXFP4 checkpoint "
             f"(SGLang then keeps them MXFP4 in AITER's layout), or {IMPL_ENV}=triton (the Triton K2 reads bf16 "

@@ -9,8 +9,8 @@ up projections; SGLang's own SiTU kernel op (through the kit) or torch; routing 
 ops (sigmoid, bias, top-k, renormalise); the attn-res seam as `StandardSeam` (SGLang's
 Triton score/combine pair, torch RMSNorm); the routed experts as SGLang's triton MoE runner
 forms them from its own Triton ops (k2/sglang_moe.py; `std`), and, as before, as one batched
-cuBLAS matmul over the gathered experts in bf16 (`std_bmm`, which copies the experts first). On sm_90 SGLang 0.5.23
-keeps no MXFP4 experts under its default MoE runner (auto, i.e. triton): Mxfp4MoEMethod's
+cuBLAS matmul over the gathered experts in bf16 (`std_bmm`, which copies the experts first).
+On sm_90 SGLang 0.5.23 keeps no MXFP4 experts under its default MoE runner (auto, i.e. triton): Mxfp4MoEMethod's
 post-load dequantizes them to bf16, and the flag's K2 then reads those bf16 experts too. The
 runners that keep MXFP4 there (Marlin, FlashInfer's cutlass_sm90, triton_kernels) repack it,
 which the flag refuses; Marlin and FlashInfer are CUDA builds that do not run on the lent

@@ -84,6 +84,8 @@ def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, ro
     importable."""
     import triton.language as tl
 
+    from sgl_k3_mono.reference.ops import situ
+
     with _sgl_kernel_for_import():
         from sglang.kernels.ops.moe.fused_moe_triton_kernels import invoke_fused_moe_kernel, moe_sum_reduce_triton
         from sglang.kernels.ops.moe.moe_align_small_numel import moe_align_small_numel
@@ -104,16 +106,16 @@ def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, ro
     c2 = torch.empty(pairs, n2 // 2, dtype=dt, device=dev)
     c3 = torch.empty(rows, top_k, L, dtype=dt, device=dev)
     out = torch.empty(rows, L, dtype=dt, device=dev)
-    flags = dict(compute_type=tl.bfloat16 if dt == torch.bfloat16 else tl.float16, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
-                 use_int4_w4a16=False, per_channel_quant=False, filter_expert=False)
+    flags = dict(compute_type=tl.bfloat16 if dt == torch.bfloat16 else tl.float16, use_fp8_w8a8=False,
+                 use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+                 filter_expert=False)
 
     def run(x: torch.Tensor, ids: torch.Tensor, wts: torch.Tensor) -> torch.Tensor:
         ids32 = ids.to(torch.int32)
         moe_align_small_numel(ids32, E + 1, bm, sorted_ids, expert_ids, n_post)
         invoke_fused_moe_kernel(x, w13, None, c1, None, None, None, wts, ids32, sorted_ids, expert_ids, n_post,
                                 False, top_k, up, **flags)
-        gate, upv = c1[:, :n2 // 2].float(), c1[:, n2 // 2:].float()
-        c2.copy_(beta * torch.tanh(gate / beta) * torch.sigmoid(gate) * (linear_beta * torch.tanh(upv / linear_beta)))
+        c2.copy_(situ(c1[:, :n2 // 2], c1[:, n2 // 2:], beta, linear_beta))  # SGLang's runner: the same fp32 terms
         invoke_fused_moe_kernel(c2, w2, None, c3, None, None, None, wts, ids32, sorted_ids, expert_ids, n_post,
                                 True, 1, down, router_topk=top_k, **flags)
         moe_sum_reduce_triton(c3, out, 1.0)

@@ -15,6 +15,7 @@ import torch  # noqa: E402
 
 from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts  # noqa: E402
 from sgl_k3_mono.numerics import measure  # noqa: E402
+from sgl_k3_mono.reference.ops import situ  # noqa: E402
 
 device, dtype = sys.argv[1], getattr(torch, sys.argv[2])
 E, I, L, K = (int(v) for v in sys.argv[4:8])
@@ -34,8 +35,7 @@ for rows in (int(v) for v in sys.argv[3].split(",")):
         for j in range(K):
             e = int(ids[r, j])
             h = x[r].double() @ w13[e].double().t()
-            gate, up = h[:I], h[I:]
-            act = (4 * torch.tanh(gate / 4) * torch.sigmoid(gate) * 25 * torch.tanh(up / 25)).to(dtype).double()
+            act = situ(h[:I], h[I:], 4.0, 25.0).to(dtype).double()
             ref[r] += wts[r, j].double() * (act @ w2[e].double().t())
     m = measure(got.float(), ref.float())
     print(json.dumps({"rows": rows, "finite": bool(torch.isfinite(got).all()), "scale": float(ref.abs().max()),
