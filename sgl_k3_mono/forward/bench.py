@@ -5,8 +5,9 @@ M = 1, 2, 4, 8:
 - ours: the step with the K1 / K2 launches;
 - standard: the same step with each launch replaced by the standard path's composition
   for the same work (`forward.standard`: SGLang's seam kernels, cuBLAS, SGLang's KDA
-  decode kernel, library MoE calls; bf16 experts only, as sm_90 has no MXFP4 MoE op to
-  compose);
+  decode kernel, SGLang's fused MoE Triton kernels for the routed experts, or with
+  `--std-experts bmm` the old gathered bmm; bf16 experts only, as sm_90 has no MXFP4 MoE
+  op to compose and SGLang's default runner serves an MXFP4 checkpoint's experts in bf16);
 - bare: the step with the launches replaced by no-ops (what the common parts cost: MLA,
   layer 0, seams and logits, identical in both); `--common bf16` (the default) runs them
   as bf16 GEMMs like a served step (`forward.bench_hooks`), `--common fp32` as the
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--common", default="bf16", choices=("bf16", "fp32"),
                     help="MLA, layer 0 and logits as bf16 GEMMs (a served step's way) or the tests' fp32 hooks")
+    ap.add_argument("--std-experts", default="sglang", choices=("sglang", "bmm"),
+                    help="the standard step's routed experts: SGLang's fused MoE kernels, or the gathered bmm")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
     args = ap.parse_args(argv)
@@ -104,10 +107,14 @@ def main(argv: list[str] | None = None) -> int:
             plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
             with_l2 = _graph_us(lambda: (state.lengths.zero_(),
                                          run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
-        std = None
+        std, std_what = None, {}
         if args.fmt == "bf16":
-            with standard_launches(model, top_k=d.top_k) as kda_op:
-                std = _graph_us(step)
+            try:
+                with standard_launches(model, top_k=d.top_k,
+                                       rows=m if args.std_experts == "sglang" else None) as std_what:
+                    std = _graph_us(step)
+            except ImportError as e:  # SGLang's Triton MoE ops (the kit) missing: the column says so
+                print(f"bench step: the standard step did not run ({type(e).__name__}: {e})", flush=True)
         k1, k2 = launches.k1, launches.k2
         launches.k1 = lambda *a, **k: None
         launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
@@ -127,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
         print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
               f"{floor_us / ours:15.2f} {with_l2:15.1f}   experts/layer {sorted(touched.values())}"
-              + (f"; standard KDA: {kda_op}" if std and m == 1 else ""), flush=True)
-        del bufs, state, hooks
+              + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
+        bufs = state = hooks = None  # (the closures above hold these names: drop what they point to)
         torch.cuda.empty_cache()
     return 0
 

@@ -14,7 +14,6 @@ Anything else is a violation. Every row-step is compared.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Optional

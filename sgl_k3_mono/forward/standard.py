@@ -3,29 +3,38 @@ by what SGLang's standard path runs for the same work (K1: `k1.bench.standard_k1
 seam as SGLang's Triton pair (`standard_seam`), cuBLAS in-projection and SGLang's
 `kda_fused_decode`; K2: `k2.bench.standard_path`, library calls with bf16 experts), so
 the two steps differ in the launches alone. Per-layer weight layouts are prepared on
-entry (not timed). The routed experts here are still standard_path's gathered bmm, which
-copies the experts first and so overstates the step's ratio; `bench k2` also times SGLang's
-own fused MoE (k2/sglang_moe.py, buffers sized per width), not yet wired into the step."""
+entry (not timed).
+
+The routed experts are SGLang's own fused MoE Triton kernels (`k2/sglang_moe.py`, buffers
+for the step's rows) when the step's rows are given, as in `bench step`; without them, the
+gathered bmm (copies each pair's experts first: more bytes than SGLang reads), which the
+CPU test runs because Triton's interpreter computes SGLang's kernel wrong in bf16."""
 
 from __future__ import annotations
 
 import contextlib
+from typing import Optional
 
 from sgl_k3_mono.forward import launches
 from sgl_k3_mono.forward.layers import StepModel
 
 
 @contextlib.contextmanager
-def standard_launches(model: StepModel, *, top_k: int):
-    """Within the block, `launches.k1` / `launches.k2` run the standard path. Refuses
-    (ValueError) MXFP4 experts: sm_90 has no MXFP4 MoE op in SGLang to compose."""
+def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = None):
+    """Within the block, `launches.k1` / `launches.k2` run the standard path; yields what
+    runs the KDA recurrence and the routed experts (a dict of two strings). `rows`: the
+    step's rows, for SGLang's fused MoE (raises ImportError where its Triton ops do not
+    import); None: the gathered bmm. Refuses (ValueError) MXFP4 experts: sm_90 has no
+    MXFP4 MoE op in SGLang to compose (its default runner dequantizes them at load)."""
     from sgl_k3_mono.k1.bench import StandardK1, sglang_kda, standard_k1
     from sgl_k3_mono.k2.bench import standard_path
 
     k1w = {lr.index: StandardK1.from_views(lr.k1, model.eps) for lr in model.layers if lr.k1 is not None}
     on_gpu = any(v.views.qkvg.is_cuda for v in k1w.values())
     op = sglang_kda()[0] if on_gpu else None  # SGLang's KDA kernel is CUDA-only
-    k2w = {lr.index: standard_path(lr.k2, top_k=top_k) for lr in model.layers if lr.k2 is not None}
+    experts = "bmm" if rows is None else "sglang"
+    k2w = {lr.index: standard_path(lr.k2, top_k=top_k, rows=rows, experts=experts)
+           for lr in model.layers if lr.k2 is not None}
 
     def k1(plan, bufs, views, io, *, layer, deadline_s):
         standard_k1(k1w[layer], io, plan.k1, op)
@@ -37,7 +46,9 @@ def standard_launches(model: StepModel, *, top_k: int):
     saved = launches.k1, launches.k2
     launches.k1, launches.k2 = k1, k2
     try:
-        yield ("SGLang kda_fused_decode" if op is not None
-               else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)")
+        yield dict(kda="SGLang kda_fused_decode" if op is not None
+                   else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)",
+                   experts=f"SGLang fused MoE (Triton), {rows} rows" if rows is not None
+                   else "gathered bmm (cuBLAS; copies the experts)")
     finally:
         launches.k1, launches.k2 = saved

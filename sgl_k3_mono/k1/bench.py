@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
                   f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}",
                   flush=True)
-            del layers
+            layers = None  # (the lambdas above hold the name: drop the layers it points to)
             torch.cuda.empty_cache()
     return 0
 

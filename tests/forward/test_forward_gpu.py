@@ -89,3 +89,16 @@ def test_k_split_steps_against_the_default_steps(seed):
     assert found["default"][0]["k2_tiles"]["MMA"], found  # the split is a path of the mma experts
     for name, (_, bad) in found.items():
         assert not bad, name + ": " + "\n".join(bad[:10])
+
+
+def test_the_standard_step_with_sglang_fused_moe_computes_the_same_step():
+    """`bench step`'s standard column on the GPU, its routed experts through SGLang's own fused
+    MoE Triton kernels (k2/sglang_moe.py, the kit's SGLang): the tiny model's step against
+    the reference step, the bounds of the CPU test (which runs the gathered bmm)."""
+    from standard_check import standard_step_against_reference
+
+    what, ms = standard_step_against_reference("cuda", sglang_experts=True)
+    print("\nSTEPCMP-STD " + json.dumps({"ran": what, "steps": ms}, default=str))
+    assert what["experts"].startswith("SGLang fused MoE"), what
+    for m in ms:
+        assert m["cosine"] > 0.9998 and m["rel"] < 0.03, m

@@ -311,7 +311,7 @@ def test_kda_part_vs_sglang_kda_fused_decode(rows):
 
     run_k1(plan, views, io, scratch=scratch)
     torch.cuda.synchronize()
-    p, d, h = plan.proj, plan.head_dim, plan.heads
+    p, d = plan.proj, plan.head_dim
     proj = scratch.proj
     mixed, gate = proj[:, : 3 * p].contiguous(), proj[:, 3 * p : 4 * p].contiguous()
     f_a, b = proj[:, 4 * p : 4 * p + d], proj[:, 4 * p + d :].contiguous()

@@ -25,7 +25,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from k1_cases import Case, run_case  # noqa: E402
+from k1_cases import run_case  # noqa: E402
 from test_k1 import GPU_CASES, GPU_STEPS, _STALL_SCRIPT, _check  # noqa: E402
 
 from sgl_k3_mono.k1.flydsl import geometry as geo  # noqa: E402

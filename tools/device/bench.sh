@@ -2,6 +2,8 @@
 # The benchmarks on one H200, one device call a mode (each fits the 600 s a call may run):
 #   bash tools/device/bench.sh launches  # K2 and K1 against their standard paths and byte floors (~5 min)
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
+#   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
+#                                        # timed against them (~9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
@@ -83,6 +85,16 @@ case "${1:-}" in
   step)  # (bf16 ran past 250 s at 8 rows on a fresh machine in the twenty-sixth session; MXFP4 took 188 s)
     ( timeout 320 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log"
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log" ;;
+  standard)  # the bf16 standard paths on SGLang's fused MoE: its GPU check and the standard step's, side by side,
+             # then bench k2 and bench step in bf16 on the idle GPU (~9 min; not yet run: thirty-sixth session)
+    ( t sgmoe 200 tests/launch/test_sglang_moe.py -k gpu ) > "$OUT/sgmoe.out" 2>&1 &
+    ( OMP_NUM_THREADS=2 t step-std 200 tests/forward/test_forward_gpu.py -k "standard_step" ) \
+      > "$OUT/step-std.out" 2>&1 &
+    wait
+    cat "$OUT/sgmoe.out" "$OUT/step-std.out"
+    ( timeout 120 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases 2>&1 \
+        | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log"
+    ( timeout 260 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)
