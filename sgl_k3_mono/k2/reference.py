@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from sgl_k3_mono.reference.attn_res import add_prefix, aggregate
-from sgl_k3_mono.reference.moe import (MoeRankWeights, MoeResult, MoeWeights, all_reduce, check_isa, linear,
-                                       moe_reference)
+from sgl_k3_mono.reference.moe import (Exchange, MoeRankWeights, MoeResult, MoeWeights, all_reduce, check_isa,
+                                       linear, moe_from_ranks)
 from sgl_k3_mono.reference.ops import bf16
 
 ISAS = ("gfx950", "sm_90")
@@ -179,15 +179,40 @@ def k2_reference(attn_out: torch.Tensor, weights: K2Weights, *, tp: int, bank: t
     if prefix is not None:
         _check_act("prefix", prefix, (m, h))
     ranks = [weights.shard(r, tp) for r in range(tp)]  # validates every width against tp
-
     al = weights.attn_width // tp
-    o = attn_out.float()
-    partials = torch.stack([bf16(linear(o[:, r * al:(r + 1) * al], rw.o_proj))
-                            for r, rw in enumerate(ranks)])
-    del ranks  # moe_reference takes its own (cheap) shards
+    return k2_from_ranks([attn_out[:, r * al:(r + 1) * al] for r in range(tp)], ranks, bank=bank, nvb=nvb,
+                         prefix=prefix, isa=isa, choose=choose)
+
+
+def k2_from_ranks(attn_cols: list[torch.Tensor], ranks: list[K2RankWeights], *, bank: torch.Tensor, nvb: int,
+                  prefix: torch.Tensor | None, isa: str, choose=None,
+                  exchange: Exchange = lambda parts: parts) -> K2Result:
+    """k2_reference over the ranks held here (`ranks` in rank order, `attn_cols` each one's
+    TP-local attention output; the replicated tensors read from the first), every rank's
+    partials formed by `exchange` (see `reference.moe.Exchange`): the identity with every
+    rank here; `all_gather_exchange(group)` with one rank a process, where a rank holds only
+    its own shard (a real TP-8 layer's experts do not fit one GPU eight times)."""
+    w = ranks[0]
+    partials = exchange(torch.stack([bf16(linear(o.float(), rw.o_proj)) for o, rw in zip(attn_cols, ranks)]))
     a = all_reduce(partials)
     p = a if prefix is None else add_prefix(prefix.float(), a)
-    h2 = aggregate(bank, nvb, p, weights.mlp_res_proj, weights.mlp_res_norm,
-                   weights.post_attention_layernorm, weights.moe.params.eps, isa=isa)
-    moe = moe_reference(h2, p, weights.moe, tp=tp, isa=isa, choose=choose)
+    h2 = aggregate(bank, nvb, p, w.mlp_res_proj, w.mlp_res_norm, w.post_attention_layernorm, w.moe.params.eps,
+                   isa=isa)
+    moe = moe_from_ranks(h2, p, [rw.moe for rw in ranks], isa=isa, choose=choose, exchange=exchange)
     return K2Result(moe.out.bfloat16(), partials, a, p, bf16(h2.float()), moe)
+
+
+def all_gather_exchange(group=None) -> Exchange:
+    """An Exchange for one rank a process: this rank's partials [1, M, X] gathered from every
+    rank of `group` (torch.distributed; NCCL on GPUs, gloo on CPUs) into [tp, M, X], rank
+    order, the values exact (bf16 partials held in fp32)."""
+    import torch.distributed as dist
+
+    def gather(parts: torch.Tensor) -> torch.Tensor:
+        if parts.shape[0] != 1:
+            raise ValueError(f"all_gather_exchange: one rank's partials a process, got {parts.shape[0]}")
+        out = [torch.empty_like(parts[0]) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(out, parts[0].contiguous(), group=group)
+        return torch.stack(out)
+
+    return gather

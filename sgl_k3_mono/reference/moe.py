@@ -367,12 +367,33 @@ class MoeResult:
     """[M, H] up projection of the normed latent."""
 
 
+Exchange = Callable[[torch.Tensor], torch.Tensor]
+"""Local partials [ranks held here, M, X] -> every rank's partials [tp, M, X] in rank order:
+the identity where every rank is emulated here, an all-gather across processes otherwise
+(`k2.reference.all_gather_exchange`). The all-reduce then sums them as SGLang's does."""
+
+
+def _every_rank_here(parts: torch.Tensor) -> torch.Tensor:
+    return parts
+
+
 def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, *, tp: int,
                   isa: str, choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
                   ) -> MoeResult:
     """KimiK3MoE.forward(h2, prefix_sum=prefix) of a TP-`tp` SGLang, every rank emulated
     (`choose`: see `route`)."""
+    return moe_from_ranks(h2, prefix, [w.shard(r, tp) for r in range(tp)], isa=isa, choose=choose)
+
+
+def moe_from_ranks(h2: torch.Tensor, prefix: torch.Tensor | None, ranks: list[MoeRankWeights], *, isa: str,
+                   choose: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+                   exchange: Exchange = _every_rank_here) -> MoeResult:
+    """moe_reference over the ranks held here (`ranks`, in rank order; their replicated
+    tensors are read from the first), the partials of all ranks formed by `exchange`: with
+    every rank here and the identity, moe_reference itself; with one rank a process and an
+    all-gather, the same arithmetic across processes (each holds only its own shard)."""
     check_isa(isa)
+    w = ranks[0]
     p = w.params
     if p.routed_scaling != 1.0 and isa != "sm_90":
         raise ValueError(f"moe_reference: routed_scaling_factor {p.routed_scaling} != 1.0 is dropped "
@@ -382,7 +403,6 @@ def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, 
         raise ValueError(f"moe_reference: h2 must be [M, {h}], got {tuple(h2.shape)}")
     if prefix is not None and tuple(prefix.shape) != tuple(h2.shape):
         raise ValueError(f"moe_reference: prefix {tuple(prefix.shape)} must match h2 {tuple(h2.shape)}")
-    ranks = [w.shard(r, tp) for r in range(tp)]
     x = bf16(h2.float())
     # The front is one GEMM per rank, but its rows are independent: the router and latent
     # down rows are replicated, so every rank computes the same logits and routed input.
@@ -393,8 +413,8 @@ def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, 
         gate_ups, logits = [bf16(gu) for gu in gate_ups], bf16(logits)
     wts, ids = route(logits, w.router_bias, p.top_k, renormalize=p.renormalize,
                      bf16_weights=isa == "sglang_cpu", choose=choose)
-    shared_parts = torch.stack([shared_partial(gu, rw.shared_down, p) for gu, rw in zip(gate_ups, ranks)])
-    latent_parts = routed_partials(routed_in, ids, wts, [rw.experts for rw in ranks], p, isa=isa)
+    shared_parts = exchange(torch.stack([shared_partial(gu, rw.shared_down, p) for gu, rw in zip(gate_ups, ranks)]))
+    latent_parts = exchange(routed_partials(routed_in, ids, wts, [rw.experts for rw in ranks], p, isa=isa))
     latent, shared = all_reduce(latent_parts), all_reduce(shared_parts)
     normed = latent if w.latent_norm is None else bf16(rmsnorm(latent, w.latent_norm, p.eps))
     out = bf16(linear(normed, w.latent_up))
@@ -406,4 +426,4 @@ def moe_reference(h2: torch.Tensor, prefix: torch.Tensor | None, w: MoeWeights, 
 
 
 __all__ = ["ISAS", "linear", "MoeParams", "MoeWeights", "MoeRankWeights", "MoeResult", "route", "shared_partial",
-           "routed_partials", "all_reduce", "moe_reference"]
+           "routed_partials", "all_reduce", "Exchange", "moe_reference", "moe_from_ranks"]

@@ -41,6 +41,24 @@ def test_k2_tp_matches_reference_and_ranks_agree(fmt):
         assert r["replays_bitwise_stable"] == 1000 and r["replay_equals_eager"], r
 
 
+@pytest.mark.parametrize("fmt,rows", [("mxfp4", 1), ("mxfp4", 8), ("bf16", 8)])
+def test_k2_tp_real_rank_shapes(fmt, rows):
+    """Every rank a real Kimi-K3 TP-8 rank's shapes (at TP 8 Kimi-K3's own layer; at TP 2 / 4
+    a layer TP times a TP-8 rank wide), each rank building only its own shard: within the
+    reference's bounds, the reference formed across the ranks from their own shards (the
+    partials all-gathered in rank order), launches through both epoch parities bitwise
+    stable, ranks bitwise equal, routing equal, 1000 graph replays bitwise stable."""
+    done = _torchrun([fmt, str(rows), "4", "1000", "--real"], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json_records(done.stdout)
+    assert len(results) == TP, done.stdout + done.stderr[-2000:]
+    for r in results:
+        print(r)
+        assert r["real"] and r["rank_shapes"] == {"o_proj": [7168, 1536], "experts": 896, "inter": 384}, r
+        assert r["violations"] == [] and r["stable"] and r["ranks_bitwise_equal"] and r["routing_equal"], r
+        assert r["replays_bitwise_stable"] == 1000 and r["replay_equals_eager"], r
+
+
 @pytest.mark.parametrize("stalled", sorted({1, TP - 1}) if TP >= 2 else [1])
 def test_k2_tp_stalled_peer_stops_every_rank(stalled):
     """One rank (1, and the last where TP > 2) holds at layer 1's combine; every other rank

@@ -6,7 +6,8 @@
 #   bash tools/device/tests.sh forward  # nvidia-h200-x2: the step harness at TP 1 (~210-270 s) and TP 2 + stall (~75 s)
 #   bash tools/device/tests.sh tp2      # nvidia-h200-x2: K2 at TP 2 and the step at TP 2 + stall, nothing else
 #   bash tools/device/tests.sh ksx-forward  # nvidia-h200: real MXFP4 steps with and without the K split, 3 seeds
-#   bash tools/device/tests.sh tp       # nvidia-h200-x4/x8 (issue 7): K2 at TP 4/8, the step at TP 4, stalls (never run)
+#   bash tools/device/tests.sh tp       # nvidia-h200-x4/x8 (issue 7): K2 at TP 4/8, small and real rank shapes, stalls
+#   bash tools/device/tests.sh tp-step  # nvidia-h200-x4/x8: the step at TP 4/8 and its stalls (neither yet run)
 #   bash tools/device/tests.sh one-gpu  # nvidia-h200: the K2 and K1 groups at once, each in its own pytest process
 #                                       # (K2 small / real / the rest, K1): the compiles, most of each group's time,
 #                                       # overlap on the host's cores (~6.5 min, fourteenth session). Not the step
@@ -17,15 +18,15 @@ set -u
 source tools/device/env.sh
 case "${1:-}" in
   k2) t k2-gpu 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k gpu
-      t k2-tp2 150 tests/launch/test_k2_tp.py ;;
+      t k2-tp2 330 tests/launch/test_k2_tp.py ;;
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
   forward) t forward-gpu 360 tests/forward/test_forward_gpu.py -k "not k_split"
            t forward-tp2 150 tests/forward/test_forward_tp.py ;;
   ksx-forward) t ksx-forward 540 tests/forward/test_forward_gpu.py -k k_split ;;  # KSX 2 over 3 seeds (~7 min)
-  tp2) t k2-tp2 150 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s)
+  tp2) t k2-tp2 330 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s; real rank shapes since the 36th: more)
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
-  tp) t k2-tp 300 tests/launch/test_k2_tp.py
-      t forward-tp 250 tests/forward/test_forward_tp.py ;;
+  tp) t k2-tp 560 tests/launch/test_k2_tp.py ;;  # (its real rank shapes at TP 8: eight 7.4 GB builds, never run)
+  tp-step) t forward-tp 560 tests/forward/test_forward_tp.py ;;
   one-gpu)  # (OMP threads a process, so the host references do not oversubscribe the 16 cores)
     OMP_NUM_THREADS=2 t k2-small 450 tests/launch/test_k2.py -k "gpu_small" &
     OMP_NUM_THREADS=2 t k2-real 450 tests/launch/test_k2.py -k "gpu_real" &
@@ -47,5 +48,5 @@ and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest3 420 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
     OMP_NUM_THREADS=2 t k2-aiter 420 tests/launch/test_k2_expert_layouts.py -k gpu &
     wait ;;
-  *) echo "usage: tests.sh k2|k1|forward|tp2|tp|one-gpu|k2-one-gpu" >&2; exit 2 ;;
+  *) echo "usage: tests.sh k2|k1|forward|tp2|tp|tp-step|one-gpu|k2-one-gpu" >&2; exit 2 ;;
 esac
