@@ -18,6 +18,14 @@ TP1 = [
 ]
 """test_forward_gpu.py: one GPU."""
 TP_STEPS = ("tiny", "bf16", 4, 32)
-"""test_forward_tp.py: the steps at TP 2 (4 where lent)."""
+"""test_forward_tp.py: the steps at TP 2 and 4."""
 TP_STALL = ("tiny", "bf16", 2, 4)
 """test_forward_tp.py: the stalled run (judged like the others until it stops)."""
+TP8_STEPS = ("tiny8", "bf16", 4, 32)
+TP8_STALL = ("tiny8", "bf16", 2, 4)
+"""The same at TP 8: the tiny model with 8 heads (k3-tiny has 4, a head a rank at most)."""
+
+
+def tp_cases(tp: int) -> tuple[tuple, tuple]:
+    """(steps, stall) for a TP run of `tp` ranks."""
+    return (TP8_STEPS, TP8_STALL) if tp > 4 else (TP_STEPS, TP_STALL)

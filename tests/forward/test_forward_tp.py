@@ -1,5 +1,5 @@
-"""The step harness at TP 2 on two GPUs (the x2 machine; TP 4 where four are lent, the
-tiny model having 4 heads): K1 on each rank's heads, K2 reducing over symmetric-memory
+"""The step harness at TP 2 on two GPUs (the x2 machine; TP 4 / 8 where four / eight are
+lent: the tiny model, 4 heads, to TP 4; at TP 8 the same with 8 heads, "tiny8"): K1 on each rank's heads, K2 reducing over symmetric-memory
 peers inside the launch, the harness's MLA / layer 0 / logits over NCCL. Each rank is
 judged against the reference step at the same TP for many steps, and the ranks' logits
 must be bit-identical. A rank stalled inside K1 must stop every process with the
@@ -11,12 +11,13 @@ import json
 from pathlib import Path
 
 import pytest
-from step_cases import TP_STALL, TP_STEPS
+from step_cases import tp_cases
 from support.ranks import assert_every_rank_stopped, plain_ranks, tp_size
 
 HERE = Path(__file__).resolve().parent
 
-TP = tp_size(limit=4)
+TP = tp_size()
+TP_STEPS, TP_STALL = tp_cases(TP)
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(TP < 2, reason="needs 2 GPUs (the x2 machine)")]
 
 

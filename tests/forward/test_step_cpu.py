@@ -154,12 +154,12 @@ def test_the_bench_bf16_hooks_compute_the_same_step(tiny):
 def test_every_gpu_case_has_a_recorded_yardstick():
     """The GPU step tests read their bounds from yardstick.json; a case without one fails
     there only after minutes of device time (the fifth session's TP-2 stall run did)."""
-    from step_cases import TP1, TP_STALL, TP_STEPS
+    from step_cases import TP1, TP8_STALL, TP8_STEPS, TP_STALL, TP_STEPS
 
     from sgl_k3_mono.forward import yardstick
 
     missing = []
-    for name, fmt, rows, steps, *_ in [*TP1, TP_STEPS, TP_STALL]:
+    for name, fmt, rows, steps, *_ in [*TP1, TP_STEPS, TP_STALL, TP8_STEPS, TP8_STALL]:
         try:
             yardstick.bounds_for(name, fmt, rows, steps)
         except KeyError as e:
@@ -167,7 +167,7 @@ def test_every_gpu_case_has_a_recorded_yardstick():
     assert missing == [], missing
 
 
-@pytest.mark.parametrize("key", ["tiny:bf16:2:3", "tiny:bf16:3:64"])
+@pytest.mark.parametrize("key", ["tiny:bf16:2:3", "tiny:bf16:3:64", "tiny8:bf16:2:4"])
 def test_recorded_yardstick_is_what_the_reference_computes(key):
     """forward/yardstick.json is what the step bounds are read from: recompute a case (the
     reference at TP 2 against TP 1, on the host) and find the recorded figures.
