@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 from typing import Optional
 
-LAUNCHES = {"k2": "sgl_k3_mono.k2.bench", "k1": "sgl_k3_mono.k1.bench", "step": "sgl_k3_mono.forward.bench"}
+LAUNCHES = {"k2": "sgl_k3_mono.k2.bench", "k1": "sgl_k3_mono.k1.bench", "step": "sgl_k3_mono.forward.bench",
+            "k2-tp": "sgl_k3_mono.k2.bench_tp"}
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -16,7 +16,8 @@ runners that keep MXFP4 there (Marlin, FlashInfer's cutlass_sm90, triton_kernels
 which the flag refuses; Marlin and FlashInfer are CUDA builds that do not run on the lent
 machine. So the like-for-like comparison is bf16 experts on both sides; MXFP4 rows (the
 gfx950 design's path) are ours vs floor.
-TP 1 on one GPU: no all-reduce on either side.
+TP 1 on one GPU: no all-reduce on either side (`bench k2-tp`, k2/bench_tp.py, runs the
+same layer over several GPUs with the reduces).
 """
 
 from __future__ import annotations
@@ -67,12 +68,16 @@ def _situ_op(device: str = "cuda"):
         return torch_situ, "torch SiTU"
 
 
-def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "bmm"):
+def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "bmm",
+                  reduce: Optional[Callable[[torch.Tensor], object]] = None):
     """The layer as separate library calls (bf16 experts): `run(attn, bank, nvb, prefix,
     out)` writes `out` (prefix None: a block write restarted the residual). `experts`:
     "sglang", the routed experts as SGLang's triton runner forms them (k2/sglang_moe.py;
     buffers for `rows` rows); "bmm", one batched cuBLAS matmul over the gathered experts
-    (which copies each (row, slot)'s expert weights first: more bytes than SGLang reads)."""
+    (which copies each (row, slot)'s expert weights first: more bytes than SGLang reads).
+    `reduce` (TP > 1; `w` one rank's): an in-place sum over the ranks of a bf16 tensor,
+    called where SGLang's layer all-reduces: the o_proj output, then one flat buffer of
+    [routed latent | shared output] (reference doc, steps D and E)."""
     situ, _ = _situ_op(w.o_proj.device)
     moe = w.moe
     if not hasattr(moe.experts, "w13"):
@@ -91,6 +96,8 @@ def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "
 
     def run(attn, bank, nvb, prefix, out):
         a = attn @ w.o_proj.t()
+        if reduce is not None:
+            reduce(a)
         p = a if prefix is None else (prefix.float() + a.float()).bfloat16()
         h2 = seam(bank, nvb, p)
         f = h2 @ front.t()
@@ -108,6 +115,11 @@ def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "
             act = situ(hx)
             y = torch.bmm(w2[flat], act.unsqueeze(-1)).squeeze(-1).view(ids.shape[0], top_k, -1)
             lat = (y.float() * wts.unsqueeze(-1)).sum(1)
+        if reduce is not None:  # SGLang's one all-reduce of the flat bf16 [latent | shared]
+            m, n = lat.shape
+            buf = torch.cat([lat.bfloat16().flatten(), shared.flatten()])
+            reduce(buf)
+            lat, shared = buf[:m * n].view(m, n).float(), buf[m * n:].view(m, -1)
         ln = (lat * torch.rsqrt(lat.pow(2).mean(-1, keepdim=True) + eps) * moe.latent_norm.float()).bfloat16()
         o = ln @ moe.latent_up.t()
         out.copy_(((o.float() + shared.float()).bfloat16().float() + p.float()).bfloat16())

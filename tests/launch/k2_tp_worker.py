@@ -54,6 +54,10 @@ launch = K2Launch.build(plan, dev, rank=rank, peers=peers, deadline_s=float(os.e
 launch.errors.watch()
 mine = attn[:, rank * al:(rank + 1) * al].contiguous()
 out = torch.full((rows, d.hidden), float("nan"), dtype=torch.bfloat16, device=dev)
+# compiled on every rank before the first launch: a real-shape compile can outlast the deadline
+# of a peer already waiting inside its launch
+launch.compile(rw, mine, bank, 2, prefix, out)
+dist.barrier()
 first = None
 stable = True
 for layer in range(layers):  # consecutive launches walk the epochs through both parity slots

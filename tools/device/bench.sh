@@ -2,6 +2,8 @@
 # The benchmarks on one H200, one device call a mode (each fits the 600 s a call may run):
 #   bash tools/device/bench.sh launches  # K2 and K1 against their standard paths and byte floors (~5 min)
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
+#   bash tools/device/bench.sh tp        # (x2 / x4 / x8) bench k2-tp: K2 at TP 2-8 against SGLang's composition
+#                                        # over NCCL, the reduces alone (NCCL, torch symm-mem, SGLang's JIT one)
 #   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
 #                                        # timed against them (~9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
@@ -95,6 +97,12 @@ case "${1:-}" in
     ( timeout 120 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases 2>&1 \
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log"
     ( timeout 260 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log" ;;
+  tp)  # nvidia-h200-x2/x4/x8 (issue 7): bench k2-tp, bf16 experts (what an H200 serves) at 1 and 8 rows against
+       # SGLang's composition with NCCL, the reduces alone, then MXFP4 (~8 min at most; not yet run: 36th session)
+    ( timeout 330 python3 -m sgl_k3_mono.cli bench k2-tp --rows 1,8 --formats bf16 2>&1 \
+        | grep -E "K2TP|Error|error|Traceback" ) | tee "$OUT/k2-tp-bf16.log"
+    ( timeout 220 python3 -m sgl_k3_mono.cli bench k2-tp --rows 1,8 --formats mxfp4 --no-sglang-ar 2>&1 \
+        | grep -E "K2TP|Error|error|Traceback" ) | tee "$OUT/k2-tp-mxfp4.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)
