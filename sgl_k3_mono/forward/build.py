@@ -6,9 +6,9 @@ Order (every refusal before anything is allocated, all reasons at once):
 2. one StepPlan per served width (K1 and K2 plans for that ShapeKey);
 3. per width, once: the step buffers and K2's peer buffers (symmetric memory at TP > 1,
    one allocation and one rendezvous, collective over the TP group like the build itself);
-4. warm every width's launches on build-owned state (compiles them; TP > 1 also runs the
-   in-launch reduces once on every rank), wait for them with the deadline, and check the
-   error records;
+4. warm every width's launches on build-owned state (compiles them; TP > 1: every K2
+   compiled first and the ranks met at a bounded barrier, then the in-launch reduces run
+   once on every rank), wait for them with the deadline, and check the error records;
 5. log the bytes allocated next to the weight bytes they serve.
 """
 
@@ -154,6 +154,12 @@ class BuiltK3:
                         hooks, input_ids, deadline_s=self.deadline_s, capture=hooks.capture())
 
 
+COMPILE_BARRIER_S = 600.0
+"""How long a rank waits at the build's barrier for every TP peer to finish its compile pass
+(`warm`): a width's launches compile in about a minute on a loaded host; past this the build
+fails, naming the ranks that did not arrive (torch's monitored barrier), instead of hanging."""
+
+
 def _tp() -> tuple[int, int, Optional[str]]:
     """(tp size, rank, the TP group's name for symmetric memory), from SGLang's TP group."""
     from sglang.srt.runtime_context import get_parallel
@@ -161,6 +167,22 @@ def _tp() -> tuple[int, int, Optional[str]]:
     group = get_parallel().tp_group
     tp, rank = int(group.world_size), int(group.rank_in_group)
     return tp, rank, (group.device_group.group_name if tp > 1 else None)
+
+
+def _tp_barrier() -> Callable[[], None]:
+    """A bounded barrier over SGLang's TP group (its gloo CPU group)."""
+    import datetime
+
+    import torch.distributed as dist
+    from sglang.srt.runtime_context import get_parallel
+
+    cpu_group = get_parallel().tp_group.cpu_group
+
+    def barrier() -> None:
+        dist.monitored_barrier(group=cpu_group, timeout=datetime.timedelta(seconds=COMPILE_BARRIER_S),
+                               wait_all_ranks=True)
+
+    return barrier
 
 
 def build(model: Any, hf_config: Any, ctx: Any, *, impl: str = "triton", step: Optional[ServerStep] = None) -> BuiltK3:
@@ -205,8 +227,9 @@ def build(model: Any, hf_config: Any, ctx: Any, *, impl: str = "triton", step: O
         peers = K2Peers.symmetric(sp.k2, group, device) if tp > 1 else None
         buffers[key] = StepBuffers.allocate(sp, device, deadline_s=ctx.deadline_s, rank=rank, peers=peers)
     allocated = sum(b.nbytes() for b in buffers.values())
+    barrier = _tp_barrier() if tp > 1 else None
     for key, sp in sorted(plans.items()):
-        warm(step_model, sp, buffers[key], deadline_s=ctx.deadline_s)
+        warm(step_model, sp, buffers[key], deadline_s=ctx.deadline_s, barrier=barrier)
     wbytes = weight_bytes(model)
     logger.info("sgl-k3-mono: built %s on %s (TP %d rank %d, impl %s): %d widths, %.2f MiB of step buffers "
                 "(%.4f%% of %.1f MiB of weights), 0 bytes of weight copies, wait deadline %.0f s",

@@ -257,7 +257,8 @@ def compare(s: harness.HarnessShape, *, rows: int, steps: int, seed: int = 0, gr
     for k2 in (bufs.k2, bufs.k2_mla) if k2_block else ():
         if k2 is not None:
             k2.set_block(**k2_block)
-    warm(model, plan, bufs, deadline_s=deadline_s)
+    warm(model, plan, bufs, deadline_s=deadline_s,
+         barrier=(lambda: torch.distributed.barrier(group=group or _world())) if tp > 1 else None)
     if on_start is not None:
         on_start()
     sec = {"build": time.monotonic() - t0}

@@ -63,6 +63,25 @@ def k2(plan: StepPlan, bufs: StepBuffers, w: K2RankWeights, attn_out: torch.Tens
 
 
 @contextlib.contextmanager
+def k2_compile_only():
+    """Within the block, a step's K2 calls compile their launch into Triton's cache and run
+    nothing (`out` is left as it was): `warm`'s first pass at TP > 1, so no rank's first K2
+    waits on a peer that is still compiling."""
+    global k2
+    inner = k2
+
+    def compile_only(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
+        bufs.k2_for(attn_out.shape[1]).compile(w, attn_out, bufs.bank, nvb, prefix, out, layer=layer)
+        return out
+
+    k2 = compile_only
+    try:
+        yield
+    finally:
+        k2 = inner
+
+
+@contextlib.contextmanager
 def after_k2(hook: Callable[[int, StepBuffers, torch.Tensor], None]):
     """Within the block, `hook(layer, bufs, out)` runs after every K2 launch of a step (eager
     only: a test or benchmark reading what the launch left in its scratch)."""
