@@ -100,3 +100,26 @@ def test_one_real_variant_compiles_and_passes():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert "1 passed, 0 failed" in done.stdout
+
+
+_COMPILE_WITHOUT_RUNNING = '''
+from sgl_k3_mono.compile_check import _k2_variant
+from sgl_k3_mono.k2.flydsl.launch import compile_fly
+_, args, meta = _k2_variant("mxfp4", "gfx950", 1, "gfx950", tp=8)
+compile_fly(args, meta)
+print("COMPILED")
+'''
+
+
+@pytest.mark.skipif(fly.shim_path() is None, reason="the gfx950 toolchain is not installed: "
+                    "tools/setup_gfx950_toolchain.sh <venv>")
+def test_the_fly_k2_compiles_without_running(tmp_path):
+    """K2Launch.compile on FlyDSL (the TP warm-up's first pass, `compile_fly`): the persistent
+    TP-8 launch compiles for gfx950 without being run, here without COMPILE_ONLY (no GPU
+    runtime exists on this machine, so a launch attempt would fail), and leaves its ISA."""
+    env = fly.child_env(str(tmp_path))
+    env.pop("COMPILE_ONLY")
+    done = subprocess.run([sys.executable, "-c", _COMPILE_WITHOUT_RUNNING], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "COMPILED" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert list(tmp_path.glob("k2_fly_kernel*/*final_isa.s")), list(tmp_path.rglob("*"))

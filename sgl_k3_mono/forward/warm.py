@@ -6,7 +6,7 @@ variant the served step uses (K1 with and without the bank write and the pending
 K2 at each layer's bank rows) is compiled here, in the order the step runs it, and never
 inside a served (or captured) step. At TP > 1 every rank runs this in the same order,
 which also exercises K2's peer reduces once before serving; before that run, a first pass
-compiles every K2 launch without running it (Triton) and the ranks meet at a barrier, so
+compiles every K2 launch without running it and the ranks meet at a barrier, so
 no rank's first K2 waits on a peer still compiling (a real-width K2 compiles in 20-45 s,
 more than a short deadline). The wait for the device is bounded by the build's deadline.
 """
@@ -81,10 +81,9 @@ def wait(deadline_s: float, what: str) -> None:
 def warm(model: StepModel, plan: StepPlan, bufs: StepBuffers, *, deadline_s: float,
          barrier: Optional[Callable[[], None]] = None) -> None:
     """Run one step of this width on WarmHooks (compiles its launches); raise on a recorded
-    failure. At TP > 1 (K2 with peers) and with Triton's K2, first a pass that compiles every
-    K2 launch and runs none (K1 runs: it waits on no peer), then `barrier()` (every rank of
-    the TP group; the build's is bounded), then the step. (FlyDSL compiles at a launch's
-    first call: its K2 has no compile-only pass here.)"""
+    failure. At TP > 1 (K2 with peers), first a pass that compiles every K2 launch and runs
+    none (Triton's warmup, FlyDSL's compile-only entry; K1 runs: it waits on no peer), then
+    `barrier()` (every rank of the TP group; the build's is bounded), then the step."""
     from sgl_k3_mono.forward import launches
     from sgl_k3_mono.forward.step import run_step
 
@@ -96,7 +95,7 @@ def warm(model: StepModel, plan: StepPlan, bufs: StepBuffers, *, deadline_s: flo
         if bufs.k1_scratch is not None:
             bufs.k1_scratch.record.watch()
     ids = torch.zeros(plan.rows, dtype=torch.int64, device=device)
-    if bufs.k2.peers is not None and bufs.k2.impl == "triton" and plan.impl == "triton":
+    if bufs.k2.peers is not None and plan.impl == "triton":  # (plan.impl: the device code, Triton or FlyDSL)
         with launches.k2_compile_only():
             run_step(model, plan, bufs, WarmHooks(model, plan, device), ids, deadline_s=deadline_s)
         wait(deadline_s, f"the compile pass of the {plan.mode} step of {plan.rows} rows")

@@ -533,14 +533,18 @@ class K2Launch:
 
     def compile(self, w: K2RankWeights, attn_out: torch.Tensor, bank: torch.Tensor, nvb: int,
                 prefix: Optional[torch.Tensor], out: torch.Tensor, *, layer: int = 0) -> None:
-        """Compile the persistent launch this layer would run into Triton's cache, without
-        running it: the benchmarks compile their sweep's variants this way in parallel
-        processes on the device host's cores, so the timed runs compile nothing."""
+        """Compile the persistent launch this layer would run (Triton's or FlyDSL's cache),
+        without running it: the benchmarks compile their sweep's variants this way in
+        parallel processes on the device host's cores, so the timed runs compile nothing,
+        and the TP warm-up compiles every rank's launches before any waits on a peer."""
+        args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
+        if self.impl == "flydsl":
+            from sgl_k3_mono.k2.flydsl.launch import compile_fly
+
+            compile_fly(args, meta, grid=self.plan.grid)
+            return
         from sgl_k3_mono.k2.triton.kernel import k2_kernel
 
-        if self.impl != "triton":
-            raise ValueError(f"K2Launch.compile: the {self.impl} launch compiles at its first call")
-        args, meta = self.launch_args(w, attn_out, bank, nvb, prefix, out, layer=layer)
         k2_kernel.warmup(*args, grid=(self.plan.grid,), PHASE=-1, **meta)
 
     def _run_triton(self, args: tuple, meta: dict, **consts) -> None:

@@ -51,6 +51,15 @@ class FlyK2Call:
 
         k2_fly_launch(*self.args, **self.consts, **caller_stream(self.args[0]))
 
+    def compile(self) -> None:
+        """Compile this launch into FlyDSL's cache without running it (its JIT function's
+        compile-only entry, flydsl 0.5.0: a later call traces again and finds the binary):
+        the TP warm-up's first pass, so no rank's first launch waits on a peer still
+        compiling."""
+        from sgl_k3_mono.k2.flydsl.kernel import k2_fly_launch
+
+        k2_fly_launch._compile_only(*self.args, **self.consts, **caller_stream(self.args[0]))
+
 
 def caller_stream(t) -> dict:
     """The caller's current stream for a GPU launch (FlyDSL's default is the null stream,
@@ -136,6 +145,11 @@ def fly_arguments(args: tuple, meta: dict, *, phases: Sequence[str] = ("o_proj",
 def persistent_phases(tp: int) -> tuple[str, ...]:
     """The persistent launch's phases: all of them, reduce only at TP > 1 (as Triton's)."""
     return tuple(p for p in PHASES if tp > 1 or p != "reduce")
+
+
+def compile_fly(args: tuple, meta: dict, *, grid: int = GRID) -> None:
+    """K2Launch.compile on FlyDSL: the persistent launch compiled, not run."""
+    fly_arguments(args, meta, phases=persistent_phases(meta["TP"]), grid=grid).compile()
 
 
 def run_fly(args: tuple, meta: dict, *, phase=None, grid: int = GRID) -> None:
