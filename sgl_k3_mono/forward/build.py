@@ -177,6 +177,8 @@ def _tp_barrier() -> Callable[[], None]:
     from sglang.srt.runtime_context import get_parallel
 
     cpu_group = get_parallel().tp_group.cpu_group
+    if dist.get_backend(cpu_group) != "gloo":  # (monitored_barrier is gloo's; e.g. mooncake's CPU group is not)
+        return lambda: dist.barrier(group=cpu_group)
 
     def barrier() -> None:
         dist.monitored_barrier(group=cpu_group, timeout=datetime.timedelta(seconds=COMPILE_BARRIER_S),

@@ -6,7 +6,6 @@ real-width K2), past a short deadline. At TP 1 nothing changes: one pass, no bar
 from __future__ import annotations
 
 import pytest
-import torch
 
 from sgl_k3_mono.forward import harness, launches
 from sgl_k3_mono.forward.build import ServerStep, plans_for
@@ -43,3 +42,29 @@ def test_warm_compiles_every_k2_then_meets_then_runs(monkeypatch, peers):
     else:
         assert events == one_pass, events
     assert launches.k2.__name__ == "k2"  # the compile-only K2 is gone after the pass
+
+
+def _ranks(*args) -> list[dict]:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from support.ranks import json_records
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(Path(__file__).with_name("barrier_worker.py")), *map(str, args)],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    recs = json_records(done.stdout)
+    assert sorted(r["rank"] for r in recs) == [0, 1], done.stdout + done.stderr[-3000:]
+    return sorted(recs, key=lambda r: r["rank"])
+
+
+def test_the_builds_barrier_meets_and_is_bounded():
+    """The build's barrier between the compile pass and the warm step (`build._tp_barrier`, a
+    monitored barrier over SGLang's TP CPU group): ranks that arrive meet; a rank that does
+    not arrive within COMPILE_BARRIER_S fails the waiting rank loudly, naming the missing
+    rank, after about that long (here 2 s, not 600)."""
+    assert all(r["met"] for r in _ranks(1, 0.5, 30))
+    r0, _ = _ranks(1, 8, 2)
+    assert not r0["met"] and "Ranks 1 failed" in r0["error"] and 1.5 < r0["waited_s"] < 7, r0
