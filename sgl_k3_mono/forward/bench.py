@@ -21,12 +21,18 @@ M = 1, 2, 4, 8:
 
 The harness's MLA, layer 0 and logits are plain torch, not SGLang's kernels, so the
 whole-step numbers are not serving numbers; the launch columns (step - bare) are what a
-served step changes."""
+served step changes.
+
+`--tp N` (2, 4 or 8 GPUs of one host; one process a GPU through torch.distributed.run):
+each rank a TP-8 rank's widths of a model N times as wide, K2 reducing over the ranks
+inside its launch and the standard step's K2 over NCCL where SGLang's layer reduces, the
+common parts as the tests' fp32 hooks over NCCL; every figure the slowest rank's."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from typing import Callable
 
@@ -50,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the standard step's routed experts: SGLang's fused MoE kernels, or the gathered bmm")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="ranks: 2, 4 or 8 GPUs of this host, one process each (torch.distributed.run); each rank "
+                         "a Kimi-K3 TP-8 rank's widths, K2 reducing over the ranks, the common parts over NCCL")
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
 
     import torch
@@ -57,6 +67,19 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("bench step: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.tp > 1 and "RANK" not in os.environ:
+        from sgl_k3_mono.k2.bench_tp import NO_MULTICAST, launcher_command, ranks_for
+
+        if args.tp not in (2, 4, 8) or ranks_for(torch.cuda.device_count()) < args.tp:
+            print(f"bench step: --tp {args.tp} needs 2, 4 or 8 and as many GPUs here "
+                  f"({torch.cuda.device_count()})", file=sys.stderr)
+            return 2
+        import subprocess
+
+        cmd = launcher_command(argv, args.tp, module="sgl_k3_mono.forward.bench")
+        return subprocess.run(cmd, env={**os.environ, **NO_MULTICAST}).returncode
+    rank, world, group = _rank_group(args.tp)
+    say = print if rank == 0 else (lambda *a, **k: None)
     from sgl_k3_mono.budget import expected_experts, k1_bytes, k2_bytes
     from sgl_k3_mono.forward import harness, launches
     from sgl_k3_mono.forward.build import ServerStep, plans_for
@@ -66,41 +89,67 @@ def main(argv: list[str] | None = None) -> int:
     from sgl_k3_mono.k2.bench import copy_bandwidth_gb_s
 
     s = harness.shape("real", experts=args.experts, layers=args.layers, vocab=args.vocab, expert_format=args.fmt)
-    w = _device_weights(s)
-    model = harness.step_model(w)
+    d = s.dims  # one TP-8 rank's widths: every rank's, at any --tp (the floor's dims)
+    dev = torch.device("cuda", rank)
+    if world == 1:
+        w = _device_weights(s)
+        model = harness.step_model(w)
+    else:
+        w, model = _device_weights_tp(args, rank, world, dev)
     copy_gb_s, read_gb_s = copy_bandwidth_gb_s()
-    d = w.dims
-    print(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
-          f"{d.kda_heads} KDA / {d.mla_heads} MLA heads, E {d.experts} {args.fmt}, vocab {d.vocab}; "
-          f"read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
-    print(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
+    timed = _graph_us
+    if world > 1:
+        from sgl_k3_mono.k2.bench_tp import _lockstep_us, _slowest
+
+        read_gb_s = -_slowest(-read_gb_s)  # the slowest rank's
+        timed = lambda fn: _slowest(_lockstep_us(fn, iters=20))  # noqa: E731
+        if args.common == "bf16" or args.l2_next:
+            say("bench step: at TP > 1 the common parts run as the tests' fp32 hooks over NCCL (--common fp32), "
+                "and --l2-next is not timed")
+            args.common, args.l2_next = "fp32", False
+    say(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
+        f"{d.kda_heads} KDA / {d.mla_heads} MLA heads a rank, E {d.experts} {args.fmt}, vocab {d.vocab}; TP {world} "
+        f"(every figure the slowest rank's); read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
+    say(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15} "
           f"{'L2 hand-off us':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
 
+    reduce = None
+    if world > 1:
+        import torch.distributed as dist
+
+        reduce = lambda t: dist.all_reduce(t, group=group)  # noqa: E731  (SGLang's layer reduces; NCCL)
+
     for m in (int(x) for x in args.rows.split(",")):
-        plan = plans_for(model, (m,), ServerStep("decode", 1), tp=1, rank=0, isa="sm_90",
+        plan = plans_for(model, (m,), ServerStep("decode", 1), tp=world, rank=rank, isa="sm_90",
                          impl="triton")[("decode", m, 1)]
-        bufs = StepBuffers.allocate(plan, "cuda", deadline_s=10)
-        warm(model, plan, bufs, deadline_s=10)
+        peers, barrier = None, None
+        if world > 1:
+            from sgl_k3_mono.k2.host import K2Peers
+
+            peers = K2Peers.symmetric(plan.k2, group.group_name, dev)
+            barrier = lambda: dist.barrier(group=group)  # noqa: E731
+        bufs = StepBuffers.allocate(plan, dev, deadline_s=10, rank=rank, peers=peers)
+        warm(model, plan, bufs, deadline_s=10, barrier=barrier)
         slots = torch.arange(m)
-        state = harness.HarnessState.fresh(w, slots, m, 64, "cuda")
+        state = harness.HarnessState.fresh(w, slots, m, 64, dev, tp=world)
         if args.common == "bf16":
             from sgl_k3_mono.forward.bench_hooks import Bf16BenchHooks
 
             hooks = Bf16BenchHooks(w, state, slots)
         else:
-            hooks = harness.HarnessHooks(w, state, slots)
+            hooks = harness.HarnessHooks(w, state, slots, rank=rank, tp=world, group=group)
         # distinct tokens a row (the same token in every row would route every row alike and
-        # let the launch read a row's 16 experts once for all M)
-        ids = torch.randint(0, d.vocab, (m,), generator=torch.Generator().manual_seed(m)).cuda()
+        # let the launch read a row's 16 experts once for all M); the same on every rank
+        ids = torch.randint(0, d.vocab, (m,), generator=torch.Generator().manual_seed(m)).to(dev)
 
         def step():
             state.lengths.zero_()  # replays stay inside the cache
             return run_step(model, plan, bufs, hooks, ids, deadline_s=10)
 
         touched = _experts_touched(step)
-        full = _graph_us(step)
+        full = timed(step)
         # the same step with each KDA layer's K1 asking L2 for its K2's o_proj (K1Plan.l2_next)
         with_l2 = float("nan")
         if args.l2_next:
@@ -110,34 +159,82 @@ def main(argv: list[str] | None = None) -> int:
         std, std_what = None, {}
         if args.fmt == "bf16":
             try:
-                with standard_launches(model, top_k=d.top_k,
-                                       rows=m if args.std_experts == "sglang" else None) as std_what:
-                    std = _graph_us(step)
+                with standard_launches(model, top_k=d.top_k, rows=m if args.std_experts == "sglang" else None,
+                                       reduce=reduce) as std_what:
+                    std = timed(step)
             except ImportError as e:  # SGLang's Triton MoE ops (the kit) missing: the column says so
-                print(f"bench step: the standard step did not run ({type(e).__name__}: {e})", flush=True)
+                say(f"bench step: the standard step did not run ({type(e).__name__}: {e})", flush=True)
         k1, k2 = launches.k1, launches.k2
         launches.k1 = lambda *a, **k: None
         launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
         try:
-            bare = _graph_us(step)
+            bare = timed(step)
         finally:
             launches.k1, launches.k2 = k1, k2
         floor = sum(k1_bytes(d, i, m, "decode").total for i in d.kda_layers)
         for i, n in touched.items():  # the experts this step's rows really route to, per layer
             b = k2_bytes(d, i, m, args.fmt, d.kda_heads * d.kda_head_dim)
-            floor += b.weights + b.activations + b.experts / expected_experts(d, m) * n
+            # (+ every other rank's partials, which K2's reduces read at TP > 1)
+            floor += b.weights + b.activations + b.experts / expected_experts(d, m) * n \
+                + (world - 1) * m * (2 * d.hidden + d.latent) * 2
         floor_us = floor / (read_gb_s * 1e3)
         ours = full - bare
         std_s = f"{std:8.1f}" if std else f"{'n/a':>8}"
         std_l = f"{std - bare:16.1f}" if std else f"{'n/a':>16}"
         sp = f"{std / full:12.2f}x" if std else f"{'n/a':>13}"
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
-        print(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
+        say(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
               f"{floor_us / ours:15.2f} {with_l2:15.1f}   experts/layer {sorted(touched.values())}"
               + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
         bufs = state = hooks = None  # (the closures above hold these names: drop what they point to)
         torch.cuda.empty_cache()
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
     return 0
+
+
+def _rank_group(tp: int):
+    """(rank, ranks, group): this process's rank of a torch.distributed.run job (NCCL), or
+    (0, 1, None) at TP 1."""
+    if tp == 1:
+        return 0, 1, None
+    import torch
+    import torch.distributed as dist
+
+    from sgl_k3_mono.k2.bench_tp import NO_MULTICAST
+
+    for k, v in NO_MULTICAST.items():
+        os.environ.setdefault(k, v)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(rank)  # before the process group (device/README: the other order hung once)
+    dist.init_process_group("nccl")
+    return rank, world, dist.group.WORLD
+
+
+def _device_weights_tp(args, rank: int, world: int, dev):
+    """At TP `world`: (the unsharded weights the common parts and K1 read, the rank's step
+    model). The layer widths are `world` x a TP-8 rank's (`harness.shape("real", tp=world)`);
+    each MoE layer's K2 is this rank's own real shard (`random_k2_rank_weights`, 896 experts),
+    in place of the unsharded K2 the harness would build (59 GB a layer at TP 8): that one is
+    a small placeholder (16 experts, I 32 a rank) the step never reads."""
+    from sgl_k3_mono.forward import harness
+    from sgl_k3_mono.k2.synthetic import random_k2_rank_weights
+
+    s = harness.shape("real", experts=args.experts, layers=args.layers, vocab=args.vocab, expert_format=args.fmt,
+                      tp=world)
+    placeholder = dataclasses.replace(s, expert_format="bf16", dims=dataclasses.replace(
+        s.dims, experts=16, expert_inter=32 * world))
+    w = harness.to_device(harness.random_weights(placeholder, seed=0), dev)
+    model = harness.step_model(w, rank=rank, tp=world)
+    layers = []
+    for lr in model.layers:
+        if lr.k2 is not None:
+            lr = dataclasses.replace(lr, k2=random_k2_rank_weights(
+                s.dims, fmt=args.fmt, device=dev, rank=rank, tp=world, seed=1000 + lr.index,
+                attn_width=lr.k2.o_proj.shape[1] * world))
+        layers.append(lr)
+    return w, dataclasses.replace(model, layers=tuple(layers))
 
 
 def _experts_touched(step) -> dict:

@@ -41,13 +41,14 @@ class HarnessShape:
 
 
 def shape(name: str, *, experts: int = 128, layers: int = 4, vocab: int = 8192,
-          expert_format: str = "bf16") -> HarnessShape:
+          expert_format: str = "bf16", tp: int = 1) -> HarnessShape:
     """"tiny": configs/k3-tiny; "tiny8": the same with 8 KDA and 8 MLA heads and twice the
     expert intermediate (the step at TP 8: a head a rank, 32 of I a rank). "real": one
     TP-8 rank's real widths (H 7168, 12 KDA and 12 MLA heads, latent 3584, expert
     intermediate 384, shared 768, dense 4224) with `layers` layers in the tiny schedule
     (KDA, then MLA last; block writes every 2 layers), `experts` routed experts and a
-    `vocab`-token vocabulary (both reduced: they set weight bytes, not widths)."""
+    `vocab`-token vocabulary (both reduced: they set weight bytes, not widths); with `tp`,
+    the model whose TP-`tp` ranks have those widths (`bench step --tp`)."""
     from sgl_k3_mono.configs import load_config
 
     if name in ("tiny", "tiny8"):
@@ -56,12 +57,15 @@ def shape(name: str, *, experts: int = 128, layers: int = 4, vocab: int = 8192,
         if name == "tiny8":  # a head a rank at TP 8 (issue 7's step), and I / 8 a multiple of K2's 32
             d = dataclasses.replace(d, kda_heads=8, mla_heads=8, expert_inter=2 * d.expert_inter)
     elif name == "real":
-        from sgl_k3_mono.k2.synthetic import tp8_rank_dims
+        from sgl_k3_mono.k2.synthetic import rank_dims
 
+        if tp not in (1, 2, 4, 8):
+            raise ValueError(f"harness shape 'real': tp {tp} does not divide Kimi-K3's 8-way rank widths")
+        base = rank_dims(8 // tp)
         tc = load_config("kimi-k3")["text_config"]
-        d = dataclasses.replace(tp8_rank_dims(), layers=layers, kda_layers=tuple(range(layers - 1)),
+        d = dataclasses.replace(base, layers=layers, kda_layers=tuple(range(layers - 1)),
                                 mla_layers=(layers - 1,), attn_res_block=2, experts=experts, vocab=vocab,
-                                dense_inter=tp8_rank_dims().dense_inter // 8)
+                                dense_inter=base.dense_inter // 8 * tp)
     else:
         raise ValueError(f"harness shape {name!r}: 'tiny', 'tiny8' or 'real'")
     mla = tuple(int(tc[k]) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",

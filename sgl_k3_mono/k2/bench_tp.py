@@ -49,10 +49,11 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     return a
 
 
-def launcher_command(argv: list[str], gpus: int) -> list[str]:
-    """The torch.distributed.run command that starts one rank of this module a GPU."""
+def launcher_command(argv: list[str], gpus: int, module: str = "sgl_k3_mono.k2.bench_tp") -> list[str]:
+    """The torch.distributed.run command that starts one rank of `module` a GPU (this one,
+    or `bench step`'s at --tp)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(gpus),
-            "-m", "sgl_k3_mono.k2.bench_tp", *argv]
+            "-m", module, *argv]
 
 
 def ranks_for(gpus: int) -> int:

@@ -4,6 +4,8 @@
 #   bash tools/device/bench.sh step      # the decode step, bf16 experts (with the standard step) and MXFP4 (~8 min)
 #   bash tools/device/bench.sh tp        # (x2 / x4 / x8) bench k2-tp: K2 at TP 2-8 against SGLang's composition
 #                                        # over NCCL, the reduces alone (NCCL, torch symm-mem, SGLang's JIT one)
+#   bash tools/device/bench.sh tp-step   # (x2 / x4 / x8) bench step --tp: the step at TP 2-8 against the standard
+#                                        # step with NCCL reduces
 #   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
 #                                        # timed against them (~9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
@@ -103,6 +105,11 @@ case "${1:-}" in
         | grep -E "K2TP|Error|error|Traceback" ) | tee "$OUT/k2-tp-bf16.log"
     ( timeout 220 python3 -m sgl_k3_mono.cli bench k2-tp --rows 1,8 --formats mxfp4 --no-sglang-ar 2>&1 \
         | grep -E "K2TP|Error|error|Traceback" ) | tee "$OUT/k2-tp-mxfp4.log" ;;
+  tp-step)  # nvidia-h200-x2/x4/x8 (issue 7): bench step --tp (every GPU here, a power of two), bf16 experts at 1 and
+            # 8 rows against the standard step with NCCL reduces (~9 min at most; not yet run: 36th session)
+    n=$(python3 -c "import torch; n = torch.cuda.device_count(); print(8 if n >= 8 else 4 if n >= 4 else 2)")
+    ( timeout 560 python3 -m sgl_k3_mono.cli bench step --tp "$n" --fmt bf16 --rows 1,8 2>&1 | tail -14 ) \
+      | tee "$OUT/step-bench-tp$n.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)
