@@ -69,7 +69,7 @@ def _situ_op(device: str = "cuda"):
 
 
 def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "bmm",
-                  reduce: Optional[Callable[[torch.Tensor], object]] = None):
+                  reduce: Optional[Callable[[torch.Tensor], object]] = None, config: Optional[dict] = None):
     """The layer as separate library calls (bf16 experts): `run(attn, bank, nvb, prefix,
     out)` writes `out` (prefix None: a block write restarted the residual). `experts`:
     "sglang", the routed experts as SGLang's triton runner forms them (k2/sglang_moe.py;
@@ -77,7 +77,8 @@ def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "
     (which copies each (row, slot)'s expert weights first: more bytes than SGLang reads).
     `reduce` (TP > 1; `w` one rank's): an in-place sum over the ranks of a bf16 tensor,
     called where SGLang's layer all-reduces: the o_proj output, then one flat buffer of
-    [routed latent | shared output] (reference doc, steps D and E)."""
+    [routed latent | shared output] (reference doc, steps D and E). `config`: SGLang's fused
+    MoE kernel config for both GEMMs (`sglang_routed_experts`; None: SGLang's lookup)."""
     situ, _ = _situ_op(w.o_proj.device)
     moe = w.moe
     if not hasattr(moe.experts, "w13"):
@@ -87,7 +88,8 @@ def standard_path(w, *, top_k: int, rows: Optional[int] = None, experts: str = "
         from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts
 
         routed = sglang_routed_experts(moe.experts.w13, moe.experts.w2, top_k=top_k, rows=rows,
-                                       beta=moe.params.situ_beta, linear_beta=moe.params.situ_linear_beta)
+                                       beta=moe.params.situ_beta, linear_beta=moe.params.situ_linear_beta,
+                                       config=config)
     front = torch.cat([moe.shared_gate_up, moe.router, moe.latent_down])  # SGLang's merged _front_w
     s2, e = moe.shared_gate_up.shape[0], moe.router.shape[0]
     w13, w2 = moe.experts.w13, moe.experts.w2
@@ -181,14 +183,16 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
 
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False,
-        trace_out: Optional[str] = None) -> list[dict]:
+        trace_out: Optional[str] = None, std_configs: Optional[dict] = None) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
     `trace`: also the in-launch phase profile (phase_trace); `trace_out`: a folder for its
     stamps, every launch's, one file for the block (trace_report.save). `warm_only`: compile the
     persistent launches (and the traced ones with `trace`) into Triton's cache and time
     nothing (tools/device/env.sh `warm` runs several such processes at once).
     `per_sm`: persistent programs an SM (an experiment: co-residency is not checked, so a
-    build too large for it times out at the launch's 5 s deadline and exits)."""
+    build too large for it times out at the launch's 5 s deadline and exits).
+    `std_configs`: {rows: SGLang fused MoE config} (a tuned file's content,
+    tools/device/sglang_moe_tune.py): also the standard path with those configs (`std_tuned`)."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.synthetic import tp8_rank_dims
     from sgl_k3_mono.k2.triton.frame import PHASES
@@ -229,7 +233,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
             floor_bytes = lb.weights + lb.activations + expert_b
             floor_us = floor_bytes / (bw * 1e9) * 1e6
-            std = std_bmm = None
+            std = std_bmm = std_tuned = None
             if fmt == "bf16":
                 std_out = torch.empty_like(out)
                 bmm_run = standard_path(rw, top_k=16)
@@ -241,12 +245,20 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 except Exception as e:  # (SGLang's Triton MoE ops where they do not import or run)
                     print(f"K2BENCH standard path with SGLang's fused MoE: not run ({type(e).__name__}: {e})",
                           flush=True)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, std_bmm_us=std_bmm, floor_us=floor_us,
+                cfg = (std_configs or {}).get(str(m))
+                if cfg is not None and std is not None:
+                    tuned_run = standard_path(rw, top_k=16, rows=m, experts="sglang", config=cfg)
+                    tuned_run(attn, bank, nvb, prefix, std_out)
+                    std_tuned = _graph_time_us(lambda: tuned_run(attn, bank, nvb, prefix, std_out))
+            r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned,
+                     floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
             std_s = f"{std:9.1f}" if std else "      n/a"
             sp = f"{std / ours:6.2f}x" if std else "    n/a"
             bmm_s = f" std_bmm={std_bmm:.1f}us ({std_bmm / ours:.2f}x)" if std_bmm else ""
+            if std_tuned:
+                bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
                   f"bw_frac={floor_us / ours:5.2f} speedup={sp}{bmm_s} experts="
@@ -332,12 +344,22 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "(python -m sgl_k3_mono.k2.trace_report FILE reads them)")
     ap.add_argument("--warm-only", action="store_true",
                     help="compile the launches into Triton's cache, time nothing")
+    ap.add_argument("--std-config", default=None,
+                    help="a JSON of SGLang fused MoE configs by rows (tools/device/sglang_moe_tune.py's): also time "
+                         "the bf16 standard path with them (std_tuned)")
     a = ap.parse_args(argv)
+    std_configs = None
+    if a.std_config:
+        import json
+
+        with open(a.std_config) as f:
+            std_configs = json.load(f)
     for spec in a.block or [""]:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
-            block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out)
+            block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out,
+            std_configs=std_configs)
     return 0
 
 

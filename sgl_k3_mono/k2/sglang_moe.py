@@ -22,7 +22,7 @@ import contextlib
 import importlib.util
 import sys
 import types
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -75,13 +75,17 @@ def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple
 
 
 def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, rows: int, beta: float,
-                          linear_beta: float) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+                          linear_beta: float, config: Optional[dict] = None
+                          ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
     """run(x [rows, L], ids [rows, top_k] int, wts [rows, top_k] fp32) -> [rows, L]: the
     router-weighted sum of the chosen experts' SiTU MLPs, as SGLang's triton runner forms it
     (w13 [E, 2I, L], w2 [E, L, I] bf16; fp16 runs the same kernels, which Triton's CPU
-    interpreter computes correctly where its bf16 gives garbage). Buffers are allocated here,
-    once, so a CUDA graph can capture run. Raises ImportError where SGLang's Triton ops are not
-    importable."""
+    interpreter computes correctly where its bf16 gives garbage). `config`: one kernel config
+    for both GEMMs in SGLang's tuned-file form (BLOCK_SIZE_M/N/K, GROUP_SIZE_M, num_warps,
+    num_stages), as a config file from SGLang's tuner would give it; None: SGLang's own
+    lookup (its default for Kimi-K3's shapes: no tuned file ships for E 896, N 384).
+    Buffers are allocated here, once, so a CUDA graph can capture run. Raises ImportError
+    where SGLang's Triton ops are not importable."""
     import triton.language as tl
 
     from sgl_k3_mono.reference.ops import situ
@@ -92,7 +96,7 @@ def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, ro
 
     E, n2, L = w13.shape
     dev, pairs = w13.device, rows * top_k
-    up, down = _config(w13, w2, top_k, rows)
+    up, down = (dict(config), dict(config)) if config else _config(w13, w2, top_k, rows)
     bm = up["BLOCK_SIZE_M"]
     down["BLOCK_SIZE_M"] = bm  # one alignment serves both GEMMs (SGLang forces the same)
     # the align's buffers as SGLang's moe_align_block_size sizes them (E + 1 buckets: "+1 offset")

@@ -3,7 +3,9 @@ fresh random inputs and prints one JSON line a case. Started by test_sglang_moe.
 CPU under Triton's interpreter in fp16 (its bf16 gives garbage for SGLang's fused MoE
 kernel), on a GPU in bf16, as bench k2 runs it.
 
-    python sglang_moe_worker.py DEVICE DTYPE ROWS[,ROWS...] E I L K
+    python sglang_moe_worker.py DEVICE DTYPE ROWS[,ROWS...] E I L K [CONFIG_JSON]
+
+CONFIG_JSON: one kernel config for both GEMMs (a tuned file's entry) instead of SGLang's lookup.
 """
 
 import json
@@ -19,6 +21,7 @@ from sgl_k3_mono.reference.ops import situ  # noqa: E402
 
 device, dtype = sys.argv[1], getattr(torch, sys.argv[2])
 E, I, L, K = (int(v) for v in sys.argv[4:8])
+config = json.loads(sys.argv[8]) if len(sys.argv) > 8 else None
 for rows in (int(v) for v in sys.argv[3].split(",")):
     g = torch.Generator(device=device).manual_seed(rows)
     w13 = (torch.randn(E, 2 * I, L, generator=g, device=device) / L ** 0.5).to(dtype)
@@ -28,7 +31,7 @@ for rows in (int(v) for v in sys.argv[3].split(",")):
     ids = torch.stack([torch.randperm(E, generator=g, device=device)[:K] for _ in range(rows)])
     wts = torch.rand(rows, K, generator=g, device=device)
     wts = wts / wts.sum(-1, keepdim=True)
-    run = sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0)
+    run = sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0, config=config)
     run(x, ids, wts).fill_(float("nan"))  # poisoned: the next run must write every element
     got = run(x, ids, wts).double()
     ref = torch.zeros(rows, L, dtype=torch.float64, device=device)

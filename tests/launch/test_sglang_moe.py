@@ -37,6 +37,15 @@ def test_sglang_routed_experts_interpreted_fp16():
     _check(_run(env, "cpu", "float16", "1,3", "16", "32", "64", "4"), 2, 2.0 ** -10)
 
 
+def test_sglang_routed_experts_interpreted_fp16_with_a_tuned_config():
+    """The composition with a kernel config given (what `bench k2 --std-config` times, from
+    tools/device/sglang_moe_tune.py): other tiles, the same sums within the same bounds."""
+    cfg = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 1, "num_warps": 4,
+           "num_stages": 3}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    _check(_run(env, "cpu", "float16", "3", "16", "32", "64", "4", json.dumps(cfg)), 1, 2.0 ** -10)
+
+
 @pytest.mark.gpu
 def test_sglang_routed_experts_gpu_bf16():
     _check(_run(dict(os.environ), "cuda", "bfloat16", "1,3,8", "896", "384", "3584", "16"), 3, 2.0 ** -7)

@@ -8,6 +8,7 @@
 #                                        # step with NCCL reduces
 #   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
 #                                        # timed against them (~9 min)
+#   bash tools/device/bench.sh sgmoe-tune  # SGLang's fused MoE tuned for K3's shapes, then K2 against it (~8 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
@@ -110,6 +111,14 @@ case "${1:-}" in
     n=$(python3 -c "import torch; n = torch.cuda.device_count(); print(8 if n >= 8 else 4 if n >= 4 else 2)")
     ( timeout 560 python3 -m sgl_k3_mono.cli bench step --tp "$n" --fmt bf16 --rows 1,8 2>&1 | tail -14 ) \
       | tee "$OUT/step-bench-tp$n.log" ;;
+  sgmoe-tune)  # SGLang's fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships
+               # for them; tools/device/sglang_moe_tune.py, ~4 min), then bench k2 in bf16 against the default and
+               # the tuned configs side by side (not yet run: 36th session)
+    ( timeout 330 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$OUT/sglang-moe-k3-tuned.json" 2>&1 \
+        | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
+    ( timeout 200 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases \
+        --std-config "$OUT/sglang-moe-k3-tuned.json" 2>&1 | grep -E "K2BENCH|device|Error" ) \
+      | tee "$OUT/k2-bench-bf16-tuned.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)

@@ -1,0 +1,70 @@
+"""Tune SGLang's fused MoE Triton kernel for a Kimi-K3 TP-8 rank's routed experts (bf16,
+E 896, I 384, L 3584, top-k 16) the way SGLang's own tuner does for a model it has no config
+file for: every config of a grid timed for each row count, the fastest kept. What it writes
+is SGLang's config-file form ({rows: config}, one config for both GEMMs), which
+`bench k2 --std-config FILE` times as the standard path's `std_tuned` column beside SGLang's
+default (`std`). The grid is a subset of SGLang's tuner's search space at BLOCK_SIZE_M 16
+(the decode row counts' block): N 32-128, K 64-256, 4 warps with 3-5 stages or 8 with 4.
+
+    python3 tools/device/sglang_moe_tune.py [ROWS,...] [OUT.json]
+"""
+import itertools
+import json
+import sys
+
+import torch
+
+sys.path.insert(0, ".")
+from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts  # noqa: E402
+from sgl_k3_mono.timing import graph_time_us  # noqa: E402
+
+E, I, L, K = 896, 384, 3584, 16
+TILES = [(n, k) for n, k in itertools.product((32, 64, 128), (64, 128, 256)) if n * k <= 128 * 128]
+"""(Larger tiles: SGLang's tuned H200 files for decode row counts stay within these.)"""
+GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, GROUP_SIZE_M=1, num_warps=w, num_stages=st)
+        for (n, k), (w, st) in itertools.product(TILES, ((4, 3), (4, 4), (4, 5), (8, 4)))]
+"""32 configs: compiled once each (the row count is not a kernel constant), timed a row count
+each: about 4 minutes on an H200."""
+
+
+def main() -> int:
+    rows = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1,2,4,8").split(",")]
+    out_path = sys.argv[2] if len(sys.argv) > 2 else None
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w13 = (torch.randn(E, 2 * I, L, generator=g, device="cuda") / L ** 0.5).bfloat16()
+    w2 = (torch.randn(E, L, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    best = {}
+    for m in rows:
+        x = torch.randn(m, L, generator=g, device="cuda").bfloat16()
+        ids = torch.stack([torch.randperm(E, generator=g, device="cuda")[:K] for _ in range(m)])
+        wts = torch.rand(m, K, generator=g, device="cuda")
+        wts = wts / wts.sum(-1, keepdim=True)
+        default = sglang_routed_experts(w13, w2, top_k=K, rows=m, beta=4.0, linear_beta=25.0)
+        ref = default(x, ids, wts).clone()
+        base_us = graph_time_us(lambda: default(x, ids, wts), iters=100, reps=5)
+        times = []
+        for cfg in GRID:
+            try:
+                run = sglang_routed_experts(w13, w2, top_k=K, rows=m, beta=4.0, linear_beta=25.0, config=cfg)
+                got = run(x, ids, wts)
+                # the same sums in another tile order: a bf16 step or two of the outputs' scale apart
+                if not torch.allclose(got.float(), ref.float(), atol=3e-2 * float(ref.float().abs().max()), rtol=0):
+                    print(f"SGTUNE M={m} {cfg}: outputs differ from the default config's; skipped", flush=True)
+                    continue
+                times.append((graph_time_us(lambda: run(x, ids, wts), iters=100, reps=5), cfg))
+            except Exception as e:  # (a config the kernel cannot take: out of shared memory, ...)
+                print(f"SGTUNE M={m} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+        times.sort(key=lambda t: t[0])
+        best[str(m)] = times[0][1]
+        print(f"SGTUNE M={m} SGLang default {base_us:.1f} us; best of {len(times)} configs {times[0][0]:.1f} us "
+              f"{times[0][1]}; next {[round(t, 1) for t, _ in times[1:4]]}", flush=True)
+    text = json.dumps(best, indent=1)
+    if out_path:
+        with open(out_path, "w") as f:
+            f.write(text + "\n")
+    print("SGTUNE configs " + json.dumps(best), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
