@@ -99,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     copy_gb_s, read_gb_s = copy_bandwidth_gb_s()
     timed = _graph_us
     if world > 1:
-        from sgl_k3_mono.k2.bench_tp import _lockstep_us, _slowest
+        from sgl_k3_mono.k2.bench_tp import lockstep_us, slowest
 
-        read_gb_s = -_slowest(-read_gb_s)  # the slowest rank's
-        timed = lambda fn: _slowest(_lockstep_us(fn, iters=20))  # noqa: E731
+        read_gb_s = -slowest(-read_gb_s)  # the slowest rank's
+        timed = lambda fn: slowest(lockstep_us(fn, iters=20))  # noqa: E731
         if args.common == "bf16" or args.l2_next:
             say("bench step: at TP > 1 the common parts run as the tests' fp32 hooks over NCCL (--common fp32), "
                 "and --l2-next is not timed")

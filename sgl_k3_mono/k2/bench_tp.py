@@ -79,7 +79,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     return subprocess.run(launcher_command(argv, n), env=env).returncode
 
 
-def _lockstep_us(fn: Callable[[], object], iters: int, reps: int = 5, graph: bool = True) -> float:
+def lockstep_us(fn: Callable[[], object], iters: int, reps: int = 5, graph: bool = True) -> float:
     """Median microseconds of `fn`, as a CUDA-graph replay (`graph`) or eager calls, every rank
     running at once (a barrier before each repetition; the reduces' own waits keep them
     together)."""
@@ -112,7 +112,7 @@ def _lockstep_us(fn: Callable[[], object], iters: int, reps: int = 5, graph: boo
     return statistics.median(times)
 
 
-def _slowest(us: Optional[float]) -> Optional[float]:
+def slowest(us: Optional[float]) -> Optional[float]:
     """The largest of every rank's figure (None if any rank has none)."""
     import torch.distributed as dist
 
@@ -136,7 +136,7 @@ def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, grap
     dist.all_gather_object(every, ok)
     if not all(every):
         return None
-    return _slowest(_lockstep_us(fn, iters, graph=graph))
+    return slowest(lockstep_us(fn, iters, graph=graph))
 
 
 def _reduces(group, dev, m: int, width: int, iters: int) -> dict:
@@ -209,7 +209,7 @@ def _rank_main(a: argparse.Namespace) -> int:
     d8 = K3Dims.from_config(load_config("kimi-k3"), tp=8)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     _, read_gb_s = copy_bandwidth_gb_s()
-    bw = _slowest(-read_gb_s)  # the slowest rank's bandwidth (negated: _slowest takes the max)
+    bw = slowest(-read_gb_s)  # the slowest rank's bandwidth (negated: slowest takes the max)
     say = print if rank == 0 else (lambda *x, **k: None)
     say(f"K2TP {world} ranks of {torch.cuda.get_device_name(dev)}, {sms} SMs each; read bandwidth (slowest rank) "
         f"{-bw:.0f} GB/s; each rank a Kimi-K3 TP-8 rank's shapes (H {d.hidden}, o_proj {d8.kda_proj_local} "
@@ -249,7 +249,7 @@ def _rank_main(a: argparse.Namespace) -> int:
                                                                         prefix, std_out), a.iters)
             lb = k2_bytes(d8, 13, m, fmt, rw.o_proj.shape[1])
             acts = lb.activations + (world - d8.tp) * m * (2 * d.hidden + d.latent) * 2  # every rank's partials
-            floor_b = lb.weights + acts + lb.experts / expected_experts(d8, m) * _slowest(touched)
+            floor_b = lb.weights + acts + lb.experts / expected_experts(d8, m) * slowest(touched)
             floor_us = floor_b / (-bw * 1e3)
             red_o = _reduces(group, dev, m, d.hidden, a.iters)
             red_m = _reduces(group, dev, m, d.hidden + d.latent, a.iters)
