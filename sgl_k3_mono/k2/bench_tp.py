@@ -34,6 +34,17 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 (the device library's KINDS.md), so neither NCCL nor torch may use it."""
 
 
+BACKEND = "nccl"
+"""The ranks' process group backend (the CPU smoke test of this script swaps in gloo)."""
+
+
+def rank_device(rank: int):
+    """The device of rank `rank` (its GPU; the CPU smoke test swaps in the CPU)."""
+    import torch
+
+    return torch.device("cuda", rank)
+
+
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="sgl-k3-mono bench k2-tp", description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=0, help="ranks (default: the GPUs here, a power of two <= 8)")
@@ -121,6 +132,9 @@ def slowest(us: Optional[float]) -> Optional[float]:
     return None if any(v is None for v in got) else max(got)
 
 
+_SAID: set = set()
+
+
 def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, graph: bool = True) -> Optional[float]:
     """The slowest rank's time of what `make` builds, or None where it does not build or run
     on some rank (printed with the reason by that rank; every rank then skips it)."""
@@ -130,7 +144,10 @@ def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, grap
         fn = make()
         ok = True
     except Exception as e:  # a path that does not exist here (SGLang's JIT all-reduce, ...)
-        print(f"K2TP rank {dist.get_rank()}: {name} not run ({type(e).__name__}: {str(e)[:300]})", flush=True)
+        why = f"K2TP {name} not run on rank {dist.get_rank()} ({type(e).__name__}: {str(e)[:300]})"
+        if why not in _SAID:  # each reason once a rank
+            _SAID.add(why)
+            print(why, flush=True)
         ok = False
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, ok)
@@ -194,8 +211,8 @@ def _rank_main(a: argparse.Namespace) -> int:
         os.environ.setdefault(k, v)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)  # before the process group (device/README: the other order hung once)
-    dist.init_process_group("nccl")
-    dev, group = torch.device("cuda", rank), dist.group.WORLD
+    dist.init_process_group(BACKEND)
+    dev, group = rank_device(rank), dist.group.WORLD
     if 8 % world:
         raise SystemExit(f"bench k2-tp: TP {world} does not divide Kimi-K3's 8-way rank shapes")
     from sgl_k3_mono.budget import expected_experts, k2_bytes
@@ -273,10 +290,10 @@ def _std(standard_path, rw, m, reduce, attn, bank, prefix, out):
 
 
 def _line(fmt: str, m: int, world: int, row: dict, floor_us: float, red_o: dict, red_m: dict) -> str:
-    f = lambda v: f"{v:.1f}" if v is not None else "n/a"  # noqa: E731
+    f = lambda v: f"{v:.1f}us" if v is not None else "n/a"  # noqa: E731
     ours, std = row["ours"], row.get("std")
-    parts = [f"K2TP {fmt:5s} TP={world} M={m} ours={f(ours)}us ours_tp1={f(row['ours_tp1'])}us",
-             f"std={f(std)}us std_tp1={f(row.get('std_tp1'))}us",
+    parts = [f"K2TP {fmt:5s} TP={world} M={m} ours={f(ours)} ours_tp1={f(row['ours_tp1'])}",
+             f"std={f(std)} std_tp1={f(row.get('std_tp1'))}",
              f"speedup={std / ours:.2f}x" if std and ours else "speedup=n/a",
              f"floor={floor_us:.1f}us bw_frac={floor_us / ours:.2f}" if ours else f"floor={floor_us:.1f}us",
              "reduce[M,H] " + " ".join(f"{k}={f(v)}" for k, v in red_o.items()),

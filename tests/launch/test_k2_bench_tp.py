@@ -53,3 +53,24 @@ def test_standard_path_reduces_where_sglang_does_and_matches_the_reference(tp):
         assert r["ranks_equal"] and r["cosine"] > 0.9998 and r["rel"] < 0.03, r
         (h_red, moe_red) = r["reduces"]
         assert len(h_red) == 2 and h_red[0] == rows and len(moe_red) == 1, r
+
+
+def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
+    """`bench k2-tp` end to end over two gloo ranks (bench_tp_smoke_worker.py: the launches,
+    peers, timings and shapes stood in; SGLang's fused MoE under Triton's interpreter): a
+    table line for each format and row count, the reduces' lines, every piece that cannot
+    run here named once a rank with its reason, exit 0. What a first GPU run would otherwise
+    find out at device-time prices: the script's own mistakes."""
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(HERE / "bench_tp_smoke_worker.py"), "--rows", "1", "--formats", "bf16,mxfp4"],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    for fmt in ("bf16 ", "mxfp4"):
+        (row,) = [x for x in lines if x.startswith(f"K2TP {fmt} TP=2 M=1 ")]
+        assert "ours=1.0us" in row and "reduce[M,H] nccl=1.0us" in row and "symm_one_shot=n/a" in row, row
+        assert ("std=1.0us" in row) == (fmt == "bf16 "), row  # (no MXFP4 standard path on sm_90)
+    assert sum(x.startswith("K2TP-AR TP=2 M=1 ") for x in lines) == 1, lines
+    said = [x for x in lines if "not run on rank" in x]
+    assert len(said) == len(set(said)) and any("symm-mem one-shot" in x for x in said), said
