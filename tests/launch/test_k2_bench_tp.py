@@ -64,7 +64,8 @@ def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(HERE / "bench_tp_smoke_worker.py"), "--rows", "1", "--formats", "bf16,mxfp4"],
                           capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+                               "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     for fmt in ("bf16 ", "mxfp4"):
