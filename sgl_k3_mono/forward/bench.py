@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    if not torch.cuda.is_available():
+    from sgl_k3_mono.k2 import bench_tp
+
+    if not torch.cuda.is_available() and bench_tp.BACKEND == "nccl":  # (gloo: the CPU smoke test's stand-ins)
         print("bench step: needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.tp > 1 and "RANK" not in os.environ:
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     s = harness.shape("real", experts=args.experts, layers=args.layers, vocab=args.vocab, expert_format=args.fmt)
     d = s.dims  # one TP-8 rank's widths: every rank's, at any --tp (the floor's dims)
-    dev = torch.device("cuda", rank)
+    dev = bench_tp.rank_device(rank)
     if world == 1:
         w = _device_weights(s)
         model = harness.step_model(w)
@@ -202,13 +204,13 @@ def _rank_group(tp: int):
     import torch
     import torch.distributed as dist
 
-    from sgl_k3_mono.k2.bench_tp import NO_MULTICAST
+    from sgl_k3_mono.k2 import bench_tp
 
-    for k, v in NO_MULTICAST.items():
+    for k, v in bench_tp.NO_MULTICAST.items():
         os.environ.setdefault(k, v)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(rank)  # before the process group (device/README: the other order hung once)
-    dist.init_process_group("nccl")
+    dist.init_process_group(bench_tp.BACKEND)
     return rank, world, dist.group.WORLD
 
 

@@ -33,3 +33,27 @@ def test_the_launcher_starts_bench_steps_module():
     cmd = launcher_command(["--tp", "8", "--fmt", "bf16"], 8, module="sgl_k3_mono.forward.bench")
     assert cmd[-5:] == ["-m", "sgl_k3_mono.forward.bench", "--tp", "8", "--fmt", "bf16"][-5:]
     assert cmd[cmd.index("--nproc-per-node") + 1] == "8"
+
+
+def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
+    """`bench step --tp 2` end to end over two gloo ranks (bench_step_tp_smoke_worker.py: the
+    launches, peers and timings stood in; real TP-8 rank widths with 16 experts; the standard
+    step's SGLang fused MoE under Triton's interpreter): the header, a table row with every
+    column, the standard step named, exit 0: the script's own mistakes found here rather
+    than on a lent multi-GPU machine."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(Path(__file__).with_name("bench_step_tp_smoke_worker.py")), "--tp", "2", "--fmt",
+                           "bf16", "--rows", "1", "--experts", "16"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
+                               "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(x.startswith("step bench: 4 layers") and "TP 2" in x for x in lines), lines
+    (row,) = [x for x in lines if x.startswith(" 1 ")]
+    assert len(row.split("experts/layer")[0].split()) == 11 and "n/a" not in row, row
+    assert "standard: KDA torch KDA chain" in row and "experts SGLang fused MoE" in row, row
