@@ -140,20 +140,28 @@ def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, grap
     on some rank (printed with the reason by that rank; every rank then skips it)."""
     import torch.distributed as dist
 
-    try:
-        fn = make()
-        ok = True
-    except Exception as e:  # a path that does not exist here (SGLang's JIT all-reduce, ...)
+    def said(e: Exception) -> None:
         why = f"K2TP {name} not run on rank {dist.get_rank()} ({type(e).__name__}: {str(e)[:300]})"
         if why not in _SAID:  # each reason once a rank
             _SAID.add(why)
             print(why, flush=True)
+
+    try:
+        fn = make()
+        ok = True
+    except Exception as e:  # a path that does not exist here (SGLang's JIT all-reduce, ...)
+        said(e)
         ok = False
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, ok)
     if not all(every):
         return None
-    return slowest(lockstep_us(fn, iters, graph=graph))
+    try:  # (a piece that builds but cannot be captured fails alike on every rank: reported, the run goes on)
+        us = lockstep_us(fn, iters, graph=graph)
+    except Exception as e:
+        said(e)
+        us = None
+    return slowest(us)
 
 
 def _reduces(group, dev, m: int, width: int, iters: int) -> dict:
