@@ -119,8 +119,11 @@ case "${1:-}" in
   sgmoe-tune)  # SGLang's fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships
                # for them; tools/device/sglang_moe_tune.py, ~4 min), then bench k2 in bf16 against the default and
                # the tuned configs side by side (not yet run: 36th session)
+    ( timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only ) \
+      > "$OUT/k2-warm.log" 2>&1 &  # (K2's compiles on the host's cores; the tuner times CUDA graphs)
     ( timeout 330 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$OUT/sglang-moe-k3-tuned.json" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
+    wait
     ( timeout 200 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases \
         --std-config "$OUT/sglang-moe-k3-tuned.json" 2>&1 | grep -E "K2BENCH|device|Error" ) \
       | tee "$OUT/k2-bench-bf16-tuned.log" ;;
