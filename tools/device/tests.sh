@@ -23,7 +23,7 @@ case "${1:-}" in
   forward) t forward-gpu 360 tests/forward/test_forward_gpu.py -k "not k_split"
            t forward-tp2 150 tests/forward/test_forward_tp.py ;;
   ksx-forward) t ksx-forward 540 tests/forward/test_forward_gpu.py -k k_split ;;  # KSX 2 over 3 seeds (~7 min)
-  tp2) t k2-tp2 330 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s; real rank shapes since the 36th: more)
+  tp2) t k2-tp2 400 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s; real rank shapes since the 36th: more)
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
   tp) t k2-tp 560 tests/launch/test_k2_tp.py ;;  # (its real rank shapes at TP 8: eight 7.4 GB builds, never run)
   tp-step) t forward-tp 560 tests/forward/test_forward_tp.py ;;
