@@ -18,7 +18,7 @@ set -u
 source tools/device/env.sh
 case "${1:-}" in
   k2) t k2-gpu 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k gpu
-      t k2-tp2 330 tests/launch/test_k2_tp.py ;;
+      t k2-tp2 170 tests/launch/test_k2_tp.py -k "not real" ;;  # (the real-shape cases: tp2)
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
   forward) t forward-gpu 360 tests/forward/test_forward_gpu.py -k "not k_split"
            t forward-tp2 150 tests/forward/test_forward_tp.py ;;
