@@ -3,7 +3,7 @@
 #   bash tools/device/tests.sh k2       # nvidia-h200-x2: K2 at TP 1 (~180 s in the thirteenth session; more cases
 #                                       # since: up to 420 s) and TP 2 (~90 s)
 #   bash tools/device/tests.sh k1       # nvidia-h200: every K1 GPU test (~330 s)
-#   bash tools/device/tests.sh forward  # nvidia-h200-x2: the step harness at TP 1 (~210-270 s) and TP 2 + stall (~75 s)
+#   bash tools/device/tests.sh forward  # nvidia-h200: the step harness at TP 1 (~460-530 s; at TP 2: tp2)
 #   bash tools/device/tests.sh tp2      # nvidia-h200-x2: K2 at TP 2 and the step at TP 2 + stall, nothing else
 #   bash tools/device/tests.sh ksx-forward  # nvidia-h200: real MXFP4 steps with and without the K split, 3 seeds
 #   bash tools/device/tests.sh tp       # nvidia-h200-x4/x8 (issue 7): K2 at TP 4/8, small and real rank shapes, stalls
@@ -20,8 +20,8 @@ case "${1:-}" in
   k2) t k2-gpu 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py -k gpu
       t k2-tp2 170 tests/launch/test_k2_tp.py -k "not real" ;;  # (the real-shape cases: tp2)
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
-  forward) t forward-gpu 360 tests/forward/test_forward_gpu.py -k "not k_split"
-           t forward-tp2 150 tests/forward/test_forward_tp.py ;;
+  forward) t forward-gpu 570 tests/forward/test_forward_gpu.py -k "not k_split" ;;  # (one GPU; 458-530 s in the
+           # 21st-35th sessions, and the standard step's SGLang case since the 36th; its TP-2 group: tp2)
   ksx-forward) t ksx-forward 540 tests/forward/test_forward_gpu.py -k k_split ;;  # KSX 2 over 3 seeds (~7 min)
   tp2) t k2-tp2 400 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s; real rank shapes since the 36th: more)
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
