@@ -201,17 +201,9 @@ def _rank_group(tp: int):
     (0, 1, None) at TP 1."""
     if tp == 1:
         return 0, 1, None
-    import torch
-    import torch.distributed as dist
+    from sgl_k3_mono.k2.bench_tp import init_rank
 
-    from sgl_k3_mono.k2 import bench_tp
-
-    for k, v in bench_tp.NO_MULTICAST.items():
-        os.environ.setdefault(k, v)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)  # before the process group (device/README: the other order hung once)
-    dist.init_process_group(bench_tp.BACKEND)
-    return rank, world, dist.group.WORLD
+    return init_rank()[:3]
 
 
 def _device_weights_tp(args, rank: int, world: int, dev):

@@ -63,38 +63,38 @@ def k2(plan: StepPlan, bufs: StepBuffers, w: K2RankWeights, attn_out: torch.Tens
 
 
 @contextlib.contextmanager
-def k2_compile_only():
-    """Within the block, a step's K2 calls compile their launch into Triton's cache and run
-    nothing (`out` is left as it was): `warm`'s first pass at TP > 1, so no rank's first K2
-    waits on a peer that is still compiling."""
+def _k2_replaced(make: Callable[[Callable], Callable]):
+    """Within the block, `k2` is `make(the k2 before it)`; restored after."""
     global k2
     inner = k2
-
-    def compile_only(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
-        bufs.k2_for(attn_out.shape[1]).compile(w, attn_out, bufs.bank, nvb, prefix, out, layer=layer)
-        return out
-
-    k2 = compile_only
+    k2 = make(inner)
     try:
         yield
     finally:
         k2 = inner
 
 
-@contextlib.contextmanager
+def k2_compile_only():
+    """Within the block, a step's K2 calls compile their launch (Triton's or FlyDSL's cache)
+    and run nothing (`out` is left as it was): `warm`'s first pass at TP > 1, so no rank's
+    first K2 waits on a peer that is still compiling."""
+    def make(_inner):
+        def compile_only(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
+            bufs.k2_for(attn_out.shape[1]).compile(w, attn_out, bufs.bank, nvb, prefix, out, layer=layer)
+            return out
+        return compile_only
+
+    return _k2_replaced(make)
+
+
 def after_k2(hook: Callable[[int, StepBuffers, torch.Tensor], None]):
     """Within the block, `hook(layer, bufs, out)` runs after every K2 launch of a step (eager
     only: a test or benchmark reading what the launch left in its scratch)."""
-    global k2
-    inner = k2
+    def make(inner):
+        def recorded(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
+            res = inner(plan, bufs, w, attn_out, nvb, prefix, out, layer=layer)
+            hook(layer, bufs, out)
+            return res
+        return recorded
 
-    def recorded(plan, bufs, w, attn_out, nvb, prefix, out, *, layer):
-        res = inner(plan, bufs, w, attn_out, nvb, prefix, out, layer=layer)
-        hook(layer, bufs, out)
-        return res
-
-    k2 = recorded
-    try:
-        yield
-    finally:
-        k2 = inner
+    return _k2_replaced(make)

@@ -236,20 +236,21 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             std = std_bmm = std_tuned = None
             if fmt == "bf16":
                 std_out = torch.empty_like(out)
-                bmm_run = standard_path(rw, top_k=16)
-                std_bmm = _graph_time_us(lambda: bmm_run(attn, bank, nvb, prefix, std_out))
+
+                def std_us(**kw) -> float:
+                    run_std = standard_path(rw, top_k=16, rows=m, **kw)
+                    run_std(attn, bank, nvb, prefix, std_out)  # its kernels' compile, apart from the timing
+                    return _graph_time_us(lambda: run_std(attn, bank, nvb, prefix, std_out))
+
+                std_bmm = std_us(experts="bmm")
                 try:
-                    sg_run = standard_path(rw, top_k=16, rows=m, experts="sglang")
-                    sg_run(attn, bank, nvb, prefix, std_out)  # its Triton kernels' compile, apart from the timing
-                    std = _graph_time_us(lambda: sg_run(attn, bank, nvb, prefix, std_out))
+                    std = std_us(experts="sglang")
                 except Exception as e:  # (SGLang's Triton MoE ops where they do not import or run)
                     print(f"K2BENCH standard path with SGLang's fused MoE: not run ({type(e).__name__}: {e})",
                           flush=True)
                 cfg = (std_configs or {}).get(str(m))
                 if cfg is not None and std is not None:
-                    tuned_run = standard_path(rw, top_k=16, rows=m, experts="sglang", config=cfg)
-                    tuned_run(attn, bank, nvb, prefix, std_out)
-                    std_tuned = _graph_time_us(lambda: tuned_run(attn, bank, nvb, prefix, std_out))
+                    std_tuned = std_us(experts="sglang", config=cfg)
             r = dict(fmt=fmt, rows=m, ours_us=ours, std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned,
                      floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)

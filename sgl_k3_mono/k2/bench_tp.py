@@ -211,16 +211,25 @@ def _sglang_ar(group, dev, buf):
     return lambda: car.custom_all_reduce(buf)
 
 
-def _rank_main(a: argparse.Namespace) -> int:
+def init_rank() -> tuple[int, int, object, object]:
+    """(rank, ranks, group, device) of this torch.distributed.run process: its GPU set first,
+    then the process group (device/README: the other order hung once), multicast kept off."""
     import torch
     import torch.distributed as dist
 
     for k, v in NO_MULTICAST.items():
         os.environ.setdefault(k, v)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    torch.cuda.set_device(rank)  # before the process group (device/README: the other order hung once)
+    torch.cuda.set_device(rank)
     dist.init_process_group(BACKEND)
-    dev, group = rank_device(rank), dist.group.WORLD
+    return rank, world, dist.group.WORLD, rank_device(rank)
+
+
+def _rank_main(a: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    rank, world, group, dev = init_rank()
     if 8 % world:
         raise SystemExit(f"bench k2-tp: TP {world} does not divide Kimi-K3's 8-way rank shapes")
     from sgl_k3_mono.budget import expected_experts, k2_bytes

@@ -7,22 +7,16 @@ harness's fp32 hooks over gloo, the standard step (torch KDA chain, SGLang's fus
 under Triton's interpreter, K2's reduces over gloo), the floor and the table line.
 argv: the bench's arguments."""
 
-import os
 import sys
-import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
 import torch  # noqa: E402
+from support.gpu_stand_ins import stand_in  # noqa: E402
 
 from sgl_k3_mono.forward import bench, harness, launches, warm  # noqa: E402
-from sgl_k3_mono.k2 import bench as k2_bench  # noqa: E402
-from sgl_k3_mono.k2 import bench_tp  # noqa: E402
-from sgl_k3_mono.k2.host import K2Launch, K2Peers  # noqa: E402
 
-bench_tp.BACKEND = "gloo"
-bench_tp.rank_device = lambda rank: torch.device("cpu")
 _calls = []
 
 
@@ -32,22 +26,9 @@ def one_call(fn, iters, reps=5, graph=True):  # a timing: one call, "taking" 10,
     return 10.0 * len(_calls)
 
 
-bench_tp.lockstep_us = one_call
-torch.cuda.set_device = lambda *a: None
+stand_in(one_call)
 warm.wait = lambda *a, **k: None
-k2_bench.copy_bandwidth_gb_s = lambda: (4000.0, 4000.0)
-K2Peers.symmetric = classmethod(lambda cls, plan, group, dev: types.SimpleNamespace(
-    tp=plan.tp, rank=int(os.environ["RANK"])))
-K2Launch.compile = lambda self, *a, **k: None
 launches.k1 = lambda plan, bufs, views, io, *, layer, deadline_s: None
-
-
-def run(self, w, attn_out, bank, nvb, prefix, out, *, layer=0, phase=None):
-    out.copy_(prefix if prefix is not None else attn_out.new_zeros(out.shape))
-    return out
-
-
-K2Launch.__call__ = run
 
 
 def gather(self, part):  # gloo's all_gather_into_tensor takes no stacked [tp, ...] output (NCCL's does)

@@ -14,11 +14,12 @@ import sys
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path[:0] = [".", "tools/device"]
+from sglang_moe_time import K, rank_experts, routed_inputs  # noqa: E402
+
 from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts  # noqa: E402
 from sgl_k3_mono.timing import graph_time_us  # noqa: E402
 
-E, I, L, K = 896, 384, 3584, 16
 TILES = [(n, k) for n, k in itertools.product((32, 64, 128), (64, 128, 256)) if n * k <= 128 * 128]
 """(Larger tiles: SGLang's tuned H200 files for decode row counts stay within these.)"""
 GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, GROUP_SIZE_M=1, num_warps=w, num_stages=st)
@@ -31,14 +32,10 @@ def main() -> int:
     rows = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1,2,4,8").split(",")]
     out_path = sys.argv[2] if len(sys.argv) > 2 else None
     g = torch.Generator(device="cuda").manual_seed(7)
-    w13 = (torch.randn(E, 2 * I, L, generator=g, device="cuda") / L ** 0.5).bfloat16()
-    w2 = (torch.randn(E, L, I, generator=g, device="cuda") / I ** 0.5).bfloat16()
+    w13, w2 = rank_experts(g)
     best = {}
     for m in rows:
-        x = torch.randn(m, L, generator=g, device="cuda").bfloat16()
-        ids = torch.stack([torch.randperm(E, generator=g, device="cuda")[:K] for _ in range(m)])
-        wts = torch.rand(m, K, generator=g, device="cuda")
-        wts = wts / wts.sum(-1, keepdim=True)
+        x, ids, wts = routed_inputs(m, g)
         default = sglang_routed_experts(w13, w2, top_k=K, rows=m, beta=4.0, linear_beta=25.0)
         ref = default(x, ids, wts).clone()
         base_us = graph_time_us(lambda: default(x, ids, wts), iters=100, reps=5)
