@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="MLA, layer 0 and logits as bf16 GEMMs (a served step's way) or the tests' fp32 hooks")
     ap.add_argument("--std-experts", default="sglang", choices=("sglang", "bmm"),
                     help="the standard step's routed experts: SGLang's fused MoE kernels, or the gathered bmm")
+    ap.add_argument("--std-config", default=None,
+                    help="a JSON of SGLang fused MoE configs by rows (tools/device/sglang_moe_tune.py's): the "
+                         "standard step's routed experts with them where it has the row count")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
     ap.add_argument("--tp", type=int, default=1,
@@ -116,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15} "
           f"{'L2 hand-off us':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
+    from sgl_k3_mono.k2.sglang_moe import tuned_configs
+
+    std_configs = tuned_configs(args.std_config)
 
     reduce = None
     if world > 1:
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.fmt == "bf16":
             try:
                 with standard_launches(model, top_k=d.top_k, rows=m if args.std_experts == "sglang" else None,
-                                       reduce=reduce) as std_what:
+                                       reduce=reduce, config=std_configs.get(str(m))) as std_what:
                     std = timed(step)
             except ImportError as e:  # SGLang's Triton MoE ops (the kit) missing: the column says so
                 say(f"bench step: the standard step did not run ({type(e).__name__}: {e})", flush=True)

@@ -23,12 +23,14 @@ from sgl_k3_mono.forward.layers import StepModel
 
 @contextlib.contextmanager
 def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = None,
-                      reduce: Optional[Callable[[torch.Tensor], object]] = None):
+                      reduce: Optional[Callable[[torch.Tensor], object]] = None, config: Optional[dict] = None):
     """Within the block, `launches.k1` / `launches.k2` run the standard path; yields what
     runs the KDA recurrence and the routed experts (a dict of two strings). `rows`: the
     step's rows, for SGLang's fused MoE (raises ImportError where its Triton ops do not
     import); None: the gathered bmm. `reduce` (TP > 1): K2's all-reduces, in place
-    (`k2.bench.standard_path`); K1's work is TP-local. Refuses (ValueError) MXFP4 experts:
+    (`k2.bench.standard_path`); K1's work is TP-local. `config`: SGLang's fused MoE config
+    for the step's rows (a tuned file's entry; None: SGLang's lookup, its default for
+    Kimi-K3's shapes). Refuses (ValueError) MXFP4 experts:
     sm_90 has no MXFP4 MoE op in SGLang to compose (its default runner dequantizes them at
     load)."""
     from sgl_k3_mono.k1.bench import StandardK1, sglang_kda, standard_k1
@@ -38,7 +40,7 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
     on_gpu = any(v.views.qkvg.is_cuda for v in k1w.values())
     op = sglang_kda()[0] if on_gpu else None  # SGLang's KDA kernel is CUDA-only
     experts = "bmm" if rows is None else "sglang"
-    k2w = {lr.index: standard_path(lr.k2, top_k=top_k, rows=rows, experts=experts, reduce=reduce)
+    k2w = {lr.index: standard_path(lr.k2, top_k=top_k, rows=rows, experts=experts, reduce=reduce, config=config)
            for lr in model.layers if lr.k2 is not None}
 
     def k1(plan, bufs, views, io, *, layer, deadline_s):
@@ -53,7 +55,8 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
     try:
         yield dict(kda="SGLang kda_fused_decode" if op is not None
                    else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)",
-                   experts=f"SGLang fused MoE (Triton), {rows} rows" if rows is not None
+                   experts=f"SGLang fused MoE (Triton), {rows} rows, "
+                   + (f"config {config}" if config else "SGLang's default config") if rows is not None
                    else "gathered bmm (cuBLAS; copies the experts)")
     finally:
         launches.k1, launches.k2 = saved

@@ -349,12 +349,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="a JSON of SGLang fused MoE configs by rows (tools/device/sglang_moe_tune.py's): also time "
                          "the bf16 standard path with them (std_tuned)")
     a = ap.parse_args(argv)
-    std_configs = None
-    if a.std_config:
-        import json
+    from sgl_k3_mono.k2.sglang_moe import tuned_configs
 
-        with open(a.std_config) as f:
-            std_configs = json.load(f)
+    std_configs = tuned_configs(a.std_config)
     for spec in a.block or [""]:
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)

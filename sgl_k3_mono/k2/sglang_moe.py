@@ -74,6 +74,17 @@ def _config(w13: torch.Tensor, w2: torch.Tensor, top_k: int, rows: int) -> tuple
     return up, down
 
 
+def tuned_configs(path: Optional[str]) -> dict:
+    """{str(rows): config} from a file in SGLang's tuned-config form
+    (tools/device/sglang_moe_tune.py writes one); {} for no path."""
+    if not path:
+        return {}
+    import json
+
+    with open(path) as f:
+        return json.load(f)
+
+
 def sglang_routed_experts(w13: torch.Tensor, w2: torch.Tensor, *, top_k: int, rows: int, beta: float,
                           linear_beta: float, config: Optional[dict] = None
                           ) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:

@@ -8,7 +8,10 @@
 #                                        # step with NCCL reduces
 #   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
 #                                        # timed against them (~9.5 min)
-#   bash tools/device/bench.sh sgmoe-tune  # SGLang's fused MoE tuned for K3's shapes, then K2 against it (~8 min)
+#   bash tools/device/bench.sh sgmoe-tune [BLOCK...]  # SGLang's fused MoE checked and tuned for K3's shapes,
+#                                        # then K2 (its default and the blocks given) against it (~8 min)
+#   STD_CONFIG=FILE ROWS=1,8 bash tools/device/bench.sh step-std  # the bf16 step against the standard step with
+#                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
@@ -118,15 +121,39 @@ case "${1:-}" in
       | tee "$OUT/step-bench-tp$n.log" ;;
   sgmoe-tune)  # SGLang's fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships
                # for them; tools/device/sglang_moe_tune.py, ~4 min), then bench k2 in bf16 against the default and
-               # the tuned configs side by side (not yet run: 36th session)
-    ( timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only ) \
-      > "$OUT/k2-warm.log" 2>&1 &  # (K2's compiles on the host's cores; the tuner times CUDA graphs)
-    ( timeout 330 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$OUT/sglang-moe-k3-tuned.json" 2>&1 \
-        | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
+               # the tuned configs side by side, for K2's default and the blocks given after the mode (K2's and
+               # the tuner's compiles first, side by side on the host's cores; not yet run: 37th session)
+    shift
+    blocks=("" "$@")
+    cmds=()
+    for b in "${blocks[@]}"; do
+      cmds+=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --block '$b' --warm-only")
+    done
+    for p in 0 1 2 3; do  # (four tuner processes of 7.4 GB of experts each, beside K2's and the tests')
+      cmds+=("timeout 200 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/4")
+    done
+    # the standard paths' GPU checks (SGLang's fused MoE composition; the standard step on it) beside the compiles
+    ( t sgmoe 240 tests/launch/test_sglang_moe.py -k gpu ) > "$OUT/sgmoe.out" 2>&1 &
+    ( OMP_NUM_THREADS=2 t step-std 240 tests/forward/test_forward_gpu.py -k "standard_step" ) \
+      > "$OUT/step-std.out" 2>&1 &
+    warm "$OUT/warm.log" "${cmds[@]}"
     wait
-    ( timeout 200 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases \
-        --std-config "$OUT/sglang-moe-k3-tuned.json" 2>&1 | grep -E "K2BENCH|device|Error" ) \
+    cat "$OUT/sgmoe.out" "$OUT/step-std.out"
+    grep -E "SGTUNE warm|Error" "$OUT/warm.log" | cut -c1-300 | tail -8
+    ( timeout 240 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$OUT/sglang-moe-k3-tuned.json" 2>&1 \
+        | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
+    args=()
+    for b in "${blocks[@]}"; do args+=(--block "$b"); done
+    tuned="$OUT/sglang-moe-k3-tuned.json"  # (the rows tuned before a time limit; none: std and ours only)
+    [ -s "$tuned" ] && args+=(--std-config "$tuned")
+    ( timeout 220 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases \
+        "${args[@]}" 2>&1 | grep -E "K2BENCH|device|Error" ) \
       | tee "$OUT/k2-bench-bf16-tuned.log" ;;
+  step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
+             # (a tuned file: sgmoe-tune's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
+    cfg=(); [ -n "${STD_CONFIG:-}" ] && cfg=(--std-config "$STD_CONFIG")
+    ( timeout 540 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows "${ROWS:-1,8}" "${cfg[@]}" 2>&1 \
+        | tail -8 ) | tee "$OUT/step-bench-bf16.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)

@@ -7,7 +7,12 @@ default (`std`). The grid is a subset of SGLang's tuner's search space at BLOCK_
 (the decode row counts' block): N 32-128, K 64-256, 4 warps with 3-5 stages or 8 with 4.
 
     python3 tools/device/sglang_moe_tune.py [ROWS,...] [OUT.json]
+    python3 tools/device/sglang_moe_tune.py ROWS,... --warm-part I/N   # compile configs I, I+N, ... only
+
+Compiling the grid is most of a tune's time (two GEMMs a config); `--warm-part` processes
+side by side fill Triton's cache on the host's cores first (tools/device/bench.sh sgmoe-tune).
 """
+import argparse
 import itertools
 import json
 import sys
@@ -24,13 +29,20 @@ TILES = [(n, k) for n, k in itertools.product((32, 64, 128), (64, 128, 256)) if 
 """(Larger tiles: SGLang's tuned H200 files for decode row counts stay within these.)"""
 GRID = [dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=n, BLOCK_SIZE_K=k, GROUP_SIZE_M=1, num_warps=w, num_stages=st)
         for (n, k), (w, st) in itertools.product(TILES, ((4, 3), (4, 4), (4, 5), (8, 4)))]
-"""32 configs: compiled once each (the row count is not a kernel constant), timed a row count
-each: about 4 minutes on an H200."""
+"""32 configs, each two GEMMs' compiles (`--warm-part` spreads them over processes), then timed
+a row count each."""
 
 
 def main() -> int:
-    rows = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1,2,4,8").split(",")]
-    out_path = sys.argv[2] if len(sys.argv) > 2 else None
+    ap = argparse.ArgumentParser()
+    ap.add_argument("rows", nargs="?", default="1,2,4,8")
+    ap.add_argument("out_path", nargs="?", default=None)
+    ap.add_argument("--warm-part", default=None, help="I/N: run configs I, I+N, ... once each, time nothing")
+    a = ap.parse_args()
+    rows = [int(v) for v in a.rows.split(",")]
+    out_path = a.out_path
+    if a.warm_part:
+        return _warm(rows, *(int(v) for v in a.warm_part.split("/")))
     g = torch.Generator(device="cuda").manual_seed(7)
     w13, w2 = rank_experts(g)
     best = {}
@@ -55,11 +67,27 @@ def main() -> int:
         best[str(m)] = times[0][1]
         print(f"SGTUNE M={m} SGLang default {base_us:.1f} us; best of {len(times)} configs {times[0][0]:.1f} us "
               f"{times[0][1]}; next {[round(t, 1) for t, _ in times[1:4]]}", flush=True)
-    text = json.dumps(best, indent=1)
-    if out_path:
-        with open(out_path, "w") as f:
-            f.write(text + "\n")
+        if out_path:  # after every row count, so a call's time limit keeps the rows already tuned
+            with open(out_path, "w") as f:
+                f.write(json.dumps(best, indent=1) + "\n")
     print("SGTUNE configs " + json.dumps(best), flush=True)
+    return 0
+
+
+def _warm(rows: list[int], part: int, parts: int) -> int:
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w13, w2 = rank_experts(g)
+    done = 0
+    for m in rows:  # (Triton specializes integer arguments on their value's divisibility: every row count)
+        x, ids, wts = routed_inputs(m, g)
+        for cfg in GRID[part::parts]:
+            try:
+                sglang_routed_experts(w13, w2, top_k=K, rows=m, beta=4.0, linear_beta=25.0, config=cfg)(x, ids, wts)
+                done += 1
+            except Exception as e:
+                print(f"SGTUNE warm M={m} {cfg}: {type(e).__name__}: {str(e)[:160]}", flush=True)
+    torch.cuda.synchronize()
+    print(f"SGTUNE warm part {part}/{parts}: {done} runs", flush=True)
     return 0
 
 
