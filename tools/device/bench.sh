@@ -120,14 +120,15 @@ case "${1:-}" in
     ( timeout 560 python3 -m sgl_k3_mono.cli bench step --tp "$n" --fmt bf16 --rows 1,8 2>&1 | tail -14 ) \
       | tee "$OUT/step-bench-tp$n.log" ;;
   sgmoe-tune)  # SGLang's fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships
-               # for them; tools/device/sglang_moe_tune.py, ~4 min), then bench k2 in bf16 against the default and
-               # the tuned configs side by side, for K2's default and the blocks given after the mode (K2's and
-               # the tuner's compiles first, side by side on the host's cores; not yet run: 37th session)
+               # for them; tools/device/sglang_moe_tune.py), then bench k2 in bf16 against the default and the
+               # tuned configs side by side, for K2's default and the blocks given after the mode (ROWS:BLOCK: that
+               # block at those rows only; else 1,2,4,8). K2's and the tuner's compiles first, side by side on the
+               # host's cores, beside the standard paths' GPU checks (~9 min; not yet run: 37th session)
     shift
-    blocks=("" "$@")
     cmds=()
-    for b in "${blocks[@]}"; do
-      cmds+=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --block '$b' --warm-only")
+    for b in "" "$@"; do
+      r=1,2,4,8; [[ "$b" == *:* ]] && r=${b%%:*}
+      cmds+=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows $r --formats bf16 --block '${b#*:}' --warm-only")
     done
     for p in 0 1 2 3; do  # (four tuner processes of 7.4 GB of experts each, beside K2's and the tests')
       cmds+=("timeout 200 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/4")
@@ -140,15 +141,17 @@ case "${1:-}" in
     wait
     cat "$OUT/sgmoe.out" "$OUT/step-std.out"
     grep -E "SGTUNE warm|Error" "$OUT/warm.log" | cut -c1-300 | tail -8
-    ( timeout 240 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$OUT/sglang-moe-k3-tuned.json" 2>&1 \
+    tuned="$OUT/sglang-moe-k3-tuned.json"  # (written a row count at a time: a time limit keeps the rows done)
+    ( timeout 240 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
-    args=()
-    for b in "${blocks[@]}"; do args+=(--block "$b"); done
-    tuned="$OUT/sglang-moe-k3-tuned.json"  # (the rows tuned before a time limit; none: std and ours only)
-    [ -s "$tuned" ] && args+=(--std-config "$tuned")
-    ( timeout 220 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases \
-        "${args[@]}" 2>&1 | grep -E "K2BENCH|device|Error" ) \
-      | tee "$OUT/k2-bench-bf16-tuned.log" ;;
+    std=(); [ -s "$tuned" ] && std=(--std-config "$tuned")
+    all=(--block "")
+    for b in "$@"; do [[ "$b" == *:* ]] || all+=(--block "$b"); done
+    bench="python3 -m sgl_k3_mono.k2.bench --formats bf16 --no-phases ${std[*]}"
+    ( timeout 200 $bench --rows 1,2,4,8 "${all[@]}" 2>&1 | grep -E "K2BENCH|device|Error"
+      for b in "$@"; do  # the blocks of some rows only, a run each
+        [[ "$b" == *:* ]] && timeout 60 $bench --rows "${b%%:*}" --block "${b#*:}" 2>&1 | grep -E "K2BENCH|Error"
+      done ) | tee "$OUT/k2-bench-bf16-tuned.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
              # (a tuned file: sgmoe-tune's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
     cfg=(); [ -n "${STD_CONFIG:-}" ] && cfg=(--std-config "$STD_CONFIG")
