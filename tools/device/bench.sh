@@ -130,8 +130,10 @@ case "${1:-}" in
       r=1,2,4,8; [[ "$b" == *:* ]] && r=${b%%:*}
       cmds+=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows $r --formats bf16 --block '${b#*:}' --warm-only")
     done
-    for p in 0 1 2 3; do  # (four tuner processes of 7.4 GB of experts each, beside K2's and the tests')
-      cmds+=("timeout 200 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/4")
+    # (tuner processes of 7.4 GB of experts each, beside K2's and the tests': four on an H200, two on an H100)
+    n=$(python3 -c "import torch; print(4 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 2)")
+    for ((p = 0; p < n; p++)); do
+      cmds+=("timeout 200 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
     done
     # the standard paths' GPU checks (SGLang's fused MoE composition; the standard step on it) beside the compiles
     ( t sgmoe 240 tests/launch/test_sglang_moe.py -k gpu ) > "$OUT/sgmoe.out" 2>&1 &
