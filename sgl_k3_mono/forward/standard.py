@@ -21,6 +21,11 @@ from sgl_k3_mono.forward import launches
 from sgl_k3_mono.forward.layers import StepModel
 
 
+SGLANG_KDA_HEADS = (3, 6, 12)
+"""The local KDA head counts SGLang 0.5.23's kda_fused_decode is built for (Kimi-K3 at TP 32 /
+16 / 8), each of 128 dims: its kernel refuses any other at run time."""
+
+
 @contextlib.contextmanager
 def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = None,
                       reduce: Optional[Callable[[torch.Tensor], object]] = None, config: Optional[dict] = None):
@@ -38,7 +43,9 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
 
     k1w = {lr.index: StandardK1.from_views(lr.k1, model.eps) for lr in model.layers if lr.k1 is not None}
     on_gpu = any(v.views.qkvg.is_cuda for v in k1w.values())
-    op = sglang_kda()[0] if on_gpu else None  # SGLang's KDA kernel is CUDA-only
+    v0 = next(iter(k1w.values())).views if k1w else None
+    serves = v0 is not None and v0.heads in SGLANG_KDA_HEADS and v0.head_dim == 128
+    op = sglang_kda()[0] if on_gpu and serves else None  # SGLang's KDA kernel is CUDA-only
     experts = "bmm" if rows is None else "sglang"
     k2w = {lr.index: standard_path(lr.k2, top_k=top_k, rows=rows, experts=experts, reduce=reduce, config=config)
            for lr in model.layers if lr.k2 is not None}
@@ -54,7 +61,9 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
     launches.k1, launches.k2 = k1, k2
     try:
         yield dict(kda="SGLang kda_fused_decode" if op is not None
-                   else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)",
+                   else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)" if serves or v0 is None
+                   else f"torch KDA chain (SGLang's KDA kernel serves {SGLANG_KDA_HEADS} heads of 128 a rank; "
+                        f"this model has {v0.heads} of {v0.head_dim})",
                    experts=f"SGLang fused MoE (Triton), {rows} rows, "
                    + (f"config {config}" if config else "SGLang's default config") if rows is not None
                    else "gathered bmm (cuBLAS; copies the experts)")

@@ -312,6 +312,7 @@ def _rank_weights(d, fmt: str):
 
         t = time.monotonic()
         _WEIGHTS[fmt] = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
+        torch.cuda.empty_cache()  # (the fp32 draws, 10 GB for bf16 experts: free for the processes beside this one)
         print(f"K2BENCH {fmt} weights built in {time.monotonic() - t:.1f} s", flush=True)
     return _WEIGHTS[fmt]
 
@@ -337,7 +338,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--formats", default="mxfp4,bf16")
     ap.add_argument("--no-phases", action="store_true")
     ap.add_argument("--block", action="append", default=[],
-                    help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several")
+                    help="tile overrides, e.g. BI=16,BL=128,num_warps=8; repeat to compare several; "
+                         "ROWS:BLOCK (e.g. 4,8:num_warps=4) times that block at those rows only")
     ap.add_argument("--per-sm", type=int, default=1, help="persistent programs an SM (experiment)")
     ap.add_argument("--trace", action="store_true", help="also the in-launch phase profile (eager launches)")
     ap.add_argument("--trace-out", default=None,
@@ -353,9 +355,12 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     std_configs = tuned_configs(a.std_config)
     for spec in a.block or [""]:
+        rows = a.rows
+        if ":" in spec:
+            rows, spec = spec.split(":", 1)
         block = {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
         print(f"K2BENCH block {block or 'default'}", flush=True)
-        run(tuple(int(x) for x in a.rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
+        run(tuple(int(x) for x in rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
             block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out,
             std_configs=std_configs)
     return 0

@@ -42,6 +42,8 @@ def _sgl_kernel_for_import() -> Iterator[None]:
         return
 
     def missing(name):
+        if name.startswith("__"):  # a module's own attributes (__file__, ...): absent, as on any module,
+            raise AttributeError(name)  # so inspect's walk over sys.modules passes it by
         def call(*_a, **_k):
             raise RuntimeError(f"sgl_kernel.{name}: sgl_kernel is not installed (bench k2's import stand-in)")
         return call

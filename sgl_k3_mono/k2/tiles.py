@@ -95,16 +95,23 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     rows (LSQ: 25th; at 1 row the shares' load cost 1 us more); the split seam (SEAM_SPLIT:
     12th).
 
-    Without mma: GEMV dense phases and experts at 1 row, tensor cores from 2; 8 warps at 1
-    row and for bf16 experts at 2 rows (234 us against 251 with 4), 4 otherwise
-    (tl.dot_scaled lost 2x with 8). Four pipeline stages were 0.8-4.5 % faster with bf16
-    experts on Triton 3.6, but a newer Triton lays that build out in 240 KB of shared
+    Without mma (bf16 experts; MXFP4 where mma_fp4 cannot take the plan): GEMV dense phases
+    and experts at 1 row, tensor cores from 2. 8 warps at 1 row; with bf16 experts 8 at every
+    row count (2 rows: 234 us against 251 with 4; 4 / 8 rows, 37th session on an H100: 275.9
+    / 451.6 against 293.8 / 477.0 us, and the 4-warp build's 8-byte stack frame gone), with
+    MXFP4 4 from 2 rows (tl.dot_scaled lost 2x with 8). bf16 at 1 row takes the mma
+    branch's dense choices, FLATD and o_proj's own 64-row tile stepping 128 of K (37th: 160.9
+    against 173.3 us, FLATD alone 167.8). Four pipeline stages were 0.8-4.5 % faster with
+    bf16 experts on Triton 3.6, but a newer Triton lays that build out in 240 KB of shared
     memory, over the SM's 227 KB, so 3 stays."""
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
-        return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
-    return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=8 if rows == 2 and not mxfp4 else 4)
+        t = k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
+        if not mxfp4:
+            t.update(FLATD=1, BNO=64, BKO=128)
+        return t
+    return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=4 if mxfp4 else 8)
 
 
 def most_up_items(rows: int, *, top_k: int, experts: int, inter: int, bi: int) -> int:

@@ -94,11 +94,14 @@ def test_k_split_steps_against_the_default_steps(seed):
 def test_the_standard_step_with_sglang_fused_moe_computes_the_same_step():
     """`bench step`'s standard column on the GPU, its routed experts through SGLang's own fused
     MoE Triton kernels (k2/sglang_moe.py, the kit's SGLang): the tiny model's step against
-    the reference step, the bounds of the CPU test (which runs the gathered bmm)."""
+    the reference step, the bounds of the CPU test (which runs the gathered bmm). Its KDA runs
+    the torch chain: SGLang's KDA kernel is built for 3, 6 or 12 heads of 128 a rank, and the
+    tiny model has 4 of 64 (the kernel refused them in the thirty-seventh session's call)."""
     from standard_check import standard_step_against_reference
 
     what, ms = standard_step_against_reference("cuda", sglang_experts=True)
     print("\nSTEPCMP-STD " + json.dumps({"ran": what, "steps": ms}, default=str))
     assert what["experts"].startswith("SGLang fused MoE"), what
+    assert what["kda"].startswith("torch KDA chain (SGLang's KDA kernel serves"), what
     for m in ms:
         assert m["cosine"] > 0.9998 and m["rel"] < 0.03, m

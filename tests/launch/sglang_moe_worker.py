@@ -6,11 +6,19 @@ kernel), on a GPU in bf16, as bench k2 runs it.
     python sglang_moe_worker.py DEVICE DTYPE ROWS[,ROWS...] E I L K [CONFIG_JSON]
 
 CONFIG_JSON: one kernel config for both GEMMs (a tuned file's entry) instead of SGLang's lookup.
+SGMOE_NO_SGL_KERNEL=1: sgl_kernel hidden, as on the lent GPU machine (SGLang's modules then
+import under sglang_moe's stand-in).
 """
 
+import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
+
+if os.environ.get("SGMOE_NO_SGL_KERNEL") == "1":
+    _find_spec = importlib.util.find_spec
+    importlib.util.find_spec = lambda name, *a, **k: None if name == "sgl_kernel" else _find_spec(name, *a, **k)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402

@@ -167,6 +167,9 @@ GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
              Case("k3-small", 4, "mxfp4", "sm_90", nvb=2, seed=62, tiles="LSQ=0")]
 REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 + m) for m in (1, 8)] + \
              [Case("kimi-k3-tp8-rank", 8, "bf16", "sm_90", nvb=8, seed=31),
+              # bf16's defaults from the 37th session: FLATD and o_proj's own tile at 1 row, 8 warps at 4
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=66),
+              Case("kimi-k3-tp8-rank", 4, "bf16", "sm_90", nvb=3, seed=67),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),
@@ -307,25 +310,26 @@ def test_k2_gpu_seam_run_twice_is_bitwise_the_default(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["FLATD=1", "FLATD=1,FR=0"])
-def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(tiles):
+@pytest.mark.parametrize("fmt,tiles", [("mxfp4", "FLATD=1"), ("mxfp4", "FLATD=1,FR=0"), ("bf16", "FLATD=1")])
+def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, tiles):
     """FLATD (the front's and latent_up's GEMV tiles and K steps as one pipelined loop a
-    program, at 1 row; the default there since the thirty-fourth session) forms the same
-    products in the same order: bitwise a K loop a tile (FLATD 0), real TP-8 rank shapes,
-    MXFP4 (with FR the front's loop counts its router and shared tiles for the routing
-    helpers; without, only latent_up's loop changes)."""
+    program, at 1 row; the default there since the thirty-fourth session, for bf16 experts
+    since the thirty-seventh) forms the same products in the same order: bitwise a K loop a
+    tile (FLATD 0), real TP-8 rank shapes, MXFP4 and bf16 experts (with FR the front's loop
+    counts its router and shared tiles for the routing helpers; without, only latent_up's
+    loop changes)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 1, "mxfp4", "sm_90", nvb=3, seed=43,
+    base = Case("kimi-k3-tp8-rank", 1, fmt, "sm_90", nvb=3, seed=43,
                 tiles="FLATD=0,FR=0" if "FR=0" in tiles else "FLATD=0")
-    w = random_k2_weights(case_dims(base), fmt="mxfp4", device="cuda", seed=base.seed)
+    w = random_k2_weights(case_dims(base), fmt=fmt, device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
     apart = int((got["out"] != ref["out"]).sum())
-    print(f"\nK2FLATD {tiles}: {apart} of {ref['out'].numel()} apart from FLATD=0, "
+    print(f"\nK2FLATD {fmt} {tiles}: {apart} of {ref['out'].numel()} apart from FLATD=0, "
           f"routing_equal={got['routing_equal']}")
     assert got["flatd"] == 1 and ref["flatd"] == 0
     assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])

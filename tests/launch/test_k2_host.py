@@ -35,15 +35,19 @@ def test_pow2_divisor():
 
 
 def test_default_tiles_by_rows_and_format():
-    """1 row: GEMV everywhere (8 warps); from 2 rows the tensor cores, MXFP4 experts through
-    dot_scaled with 4 warps; bf16 at 2 rows with 8 warps (docs/evidence/k2-sm90.md)."""
+    """1 row: GEMV everywhere (8 warps), bf16 with FLATD and o_proj's own tile; from 2 rows
+    the tensor cores, MXFP4 experts through dot_scaled with 4 warps, bf16 with 8
+    (docs/evidence/k2-sm90.md)."""
     one = tiles.default_tiles(1, mxfp4=True)
     assert one["DENSE_GEMV"] and one["EXPERT_GEMV"] and one["num_warps"] == 8
+    assert "FLATD" not in one and "BNO" not in one
+    one_bf16 = tiles.default_tiles(1, mxfp4=False)
+    assert one_bf16["DENSE_GEMV"] and one_bf16["EXPERT_GEMV"] and one_bf16["num_warps"] == 8
+    assert (one_bf16["FLATD"], one_bf16["BNO"], one_bf16["BKO"]) == (1, 64, 128)
     for rows in range(2, 9):
         t = tiles.default_tiles(rows, mxfp4=True)
         assert not t["DENSE_GEMV"] and not t["EXPERT_GEMV"] and t["num_warps"] == 4, (rows, t)
-    assert tiles.default_tiles(2, mxfp4=False)["num_warps"] == 8
-    assert tiles.default_tiles(4, mxfp4=False)["num_warps"] == 4
+        assert tiles.default_tiles(rows, mxfp4=False)["num_warps"] == 8
 
 
 @pytest.mark.parametrize("latent,inter", [(3584, 384), (96, 48), (256, 64), (64, 32)])

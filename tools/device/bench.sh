@@ -8,8 +8,9 @@
 #                                        # step with NCCL reduces
 #   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
 #                                        # timed against them (~9.5 min)
-#   bash tools/device/bench.sh sgmoe-tune [BLOCK...]  # SGLang's fused MoE checked and tuned for K3's shapes,
-#                                        # then K2 (its default and the blocks given) against it (~8 min)
+#   bash tools/device/bench.sh bf16-gate [[ROWS:]BLOCK...]  # bf16 K2's GPU tests, the standard paths' checks,
+#                                        # SGLang's fused MoE tuned for K3's shapes, then K2 (its default and the
+#                                        # blocks given) against SGLang's default and tuned configs (~8 min)
 #   STD_CONFIG=FILE ROWS=1,8 bash tools/device/bench.sh step-std  # the bf16 step against the standard step with
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
@@ -119,41 +120,39 @@ case "${1:-}" in
     n=$(python3 -c "import torch; n = torch.cuda.device_count(); print(8 if n >= 8 else 4 if n >= 4 else 2)")
     ( timeout 560 python3 -m sgl_k3_mono.cli bench step --tp "$n" --fmt bf16 --rows 1,8 2>&1 | tail -14 ) \
       | tee "$OUT/step-bench-tp$n.log" ;;
-  sgmoe-tune)  # SGLang's fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships
-               # for them; tools/device/sglang_moe_tune.py), then bench k2 in bf16 against the default and the
-               # tuned configs side by side, for K2's default and the blocks given after the mode (ROWS:BLOCK: that
-               # block at those rows only; else 1,2,4,8). K2's and the tuner's compiles first, side by side on the
-               # host's cores, beside the standard paths' GPU checks (~9 min; not yet run: 37th session)
-    shift
-    cmds=()
-    for b in "" "$@"; do
-      r=1,2,4,8; [[ "$b" == *:* ]] && r=${b%%:*}
-      cmds+=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows $r --formats bf16 --block '${b#*:}' --warm-only")
-    done
-    # (tuner processes of 7.4 GB of experts each, beside K2's and the tests': four on an H200, two on an H100)
-    n=$(python3 -c "import torch; print(4 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 2)")
-    for ((p = 0; p < n; p++)); do
-      cmds+=("timeout 200 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
-    done
-    # the standard paths' GPU checks (SGLang's fused MoE composition; the standard step on it) beside the compiles
-    ( t sgmoe 240 tests/launch/test_sglang_moe.py -k gpu ) > "$OUT/sgmoe.out" 2>&1 &
+  bf16-gate)  # bf16 K2's defaults gated and the bf16 standard paths checked and tuned, one call (~8 min). Side by
+              # side: K2's bf16 GPU tests (small and real shapes, FLATD bitwise), the standard paths' GPU checks
+              # (SGLang's fused MoE composition; the standard step on it), the compiles (K2's default and the
+              # blocks given after the mode, ROWS:BLOCK for some rows only; the tuner's grid). Then SGLang's
+              # fused MoE tuned for Kimi-K3's rank shapes as SGLang's tuner would (no config file ships for E 896,
+              # N 384: tools/device/sglang_moe_tune.py), then bench k2 bf16: the blocks against SGLang's default
+              # config (std) and the tuned ones (std_tuned)
+    shift  # (the .out files and the compiles' log in /tmp: a call brings 8 files back; pytest's logs are in $OUT)
+    blocks=""
+    for b in "" "$@"; do blocks+=" --block '$b'"; done
+    ( OMP_NUM_THREADS=2 t k2-bf16-small 300 tests/launch/test_k2.py -k "gpu_small and bf16" ) \
+      > /tmp/k2-bf16-small.out 2>&1 &
+    ( OMP_NUM_THREADS=2 t k2-bf16-real 300 tests/launch/test_k2.py -k "gpu and bf16 and (gpu_real or flat_dense)" ) \
+      > /tmp/k2-bf16-real.out 2>&1 &
+    ( t sgmoe 240 tests/launch/test_sglang_moe.py -k gpu ) > /tmp/sgmoe.out 2>&1 &
     ( OMP_NUM_THREADS=2 t step-std 240 tests/forward/test_forward_gpu.py -k "standard_step" ) \
-      > "$OUT/step-std.out" 2>&1 &
-    warm "$OUT/warm.log" "${cmds[@]}"
-    wait
-    cat "$OUT/sgmoe.out" "$OUT/step-std.out"
-    grep -E "SGTUNE warm|Error" "$OUT/warm.log" | cut -c1-300 | tail -8
+      > /tmp/step-std.out 2>&1 &
+    # (memory: 8-19 GB a process; an H100's 78 GB takes one tuner process beside the tests, an H200 two)
+    n=$(python3 -c "import torch; print(2 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 1)")
+    cmds=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only$blocks")
+    for ((p = 0; p < n; p++)); do
+      cmds+=("timeout 250 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
+    done
+    warm /tmp/warm.log "${cmds[@]}"
+    grep -E "SGTUNE warm|Error" /tmp/warm.log | cut -c1-300 | tail -6
+    wait  # (the tests: nothing beside the timings)
+    cat /tmp/k2-bf16-small.out /tmp/k2-bf16-real.out /tmp/sgmoe.out /tmp/step-std.out
     tuned="$OUT/sglang-moe-k3-tuned.json"  # (written a row count at a time: a time limit keeps the rows done)
-    ( timeout 240 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
+    ( timeout 150 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
-    std=(); [ -s "$tuned" ] && std=(--std-config "$tuned")
-    all=(--block "")
-    for b in "$@"; do [[ "$b" == *:* ]] || all+=(--block "$b"); done
-    bench="python3 -m sgl_k3_mono.k2.bench --formats bf16 --no-phases ${std[*]}"
-    ( timeout 200 $bench --rows 1,2,4,8 "${all[@]}" 2>&1 | grep -E "K2BENCH|device|Error"
-      for b in "$@"; do  # the blocks of some rows only, a run each
-        [[ "$b" == *:* ]] && timeout 60 $bench --rows "${b%%:*}" --block "${b#*:}" 2>&1 | grep -E "K2BENCH|Error"
-      done ) | tee "$OUT/k2-bench-bf16-tuned.log" ;;
+    std=""; [ -s "$tuned" ] && std="--std-config $tuned"
+    ( eval "timeout 140 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
+        | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
              # (a tuned file: sgmoe-tune's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
     cfg=(); [ -n "${STD_CONFIG:-}" ] && cfg=(--std-config "$STD_CONFIG")

@@ -19,8 +19,10 @@ E, I, L, K = 896, 384, 3584, 16
 
 def rank_experts(g):
     """A TP-8 rank's bf16 routed experts: w13 [E, 2I, L], w2 [E, L, I]."""
-    return ((torch.randn(E, 2 * I, L, generator=g, device="cuda") / L ** 0.5).bfloat16(),
-            (torch.randn(E, L, I, generator=g, device="cuda") / I ** 0.5).bfloat16())
+    w = ((torch.randn(E, 2 * I, L, generator=g, device="cuda") / L ** 0.5).bfloat16(),
+         (torch.randn(E, L, I, generator=g, device="cuda") / I ** 0.5).bfloat16())
+    torch.cuda.empty_cache()  # (the fp32 draws: free for the processes beside this one)
+    return w
 
 
 def routed_inputs(m: int, g):
