@@ -120,7 +120,7 @@ case "${1:-}" in
     n=$(python3 -c "import torch; n = torch.cuda.device_count(); print(8 if n >= 8 else 4 if n >= 4 else 2)")
     ( timeout 560 python3 -m sgl_k3_mono.cli bench step --tp "$n" --fmt bf16 --rows 1,8 2>&1 | tail -14 ) \
       | tee "$OUT/step-bench-tp$n.log" ;;
-  bf16-gate)  # bf16 K2's defaults gated and the bf16 standard paths checked and tuned, one call (at most ~8.5 min). Side by
+  bf16-gate)  # bf16 K2's defaults gated and the bf16 standard paths checked and tuned, one call (at most ~7.5 min). Side by
               # side: K2's bf16 GPU tests (small and real shapes, FLATD bitwise), the standard paths' GPU checks
               # (SGLang's fused MoE composition; the standard step on it), the compiles (K2's default and the
               # blocks given after the mode, ROWS:BLOCK for some rows only; the tuner's grid). Then SGLang's
@@ -130,28 +130,28 @@ case "${1:-}" in
     shift  # (the .out files and the compiles' log in /tmp: a call brings 8 files back; pytest's logs are in $OUT)
     blocks=""
     for b in "" "$@"; do blocks+=" --block '$b'"; done
-    ( OMP_NUM_THREADS=2 t k2-bf16-small 280 tests/launch/test_k2.py -k "gpu_small and bf16" ) \
+    ( OMP_NUM_THREADS=2 t k2-bf16-small 250 tests/launch/test_k2.py -k "gpu_small and bf16" ) \
       > /tmp/k2-bf16-small.out 2>&1 &
-    ( OMP_NUM_THREADS=2 t k2-bf16-real 280 tests/launch/test_k2.py -k "gpu and bf16 and (gpu_real or flat_dense)" ) \
+    ( OMP_NUM_THREADS=2 t k2-bf16-real 250 tests/launch/test_k2.py -k "gpu and bf16 and (gpu_real or flat_dense)" ) \
       > /tmp/k2-bf16-real.out 2>&1 &
-    ( t sgmoe 200 tests/launch/test_sglang_moe.py -k gpu ) > /tmp/sgmoe.out 2>&1 &
-    ( OMP_NUM_THREADS=2 t step-std 200 tests/forward/test_forward_gpu.py -k "standard_step" ) \
+    ( t sgmoe 180 tests/launch/test_sglang_moe.py -k gpu ) > /tmp/sgmoe.out 2>&1 &
+    ( OMP_NUM_THREADS=2 t step-std 180 tests/forward/test_forward_gpu.py -k "standard_step" ) \
       > /tmp/step-std.out 2>&1 &
     # (memory: 8-19 GB a process; an H100's 78 GB takes one tuner process beside the tests, an H200 two)
     n=$(python3 -c "import torch; print(2 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 1)")
-    cmds=("timeout 250 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only$blocks")
+    cmds=("timeout 230 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only$blocks")
     for ((p = 0; p < n; p++)); do
-      cmds+=("timeout 250 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
+      cmds+=("timeout 230 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
     done
     warm /tmp/warm.log "${cmds[@]}"
     grep -E "SGTUNE warm|Error" /tmp/warm.log | cut -c1-300 | tail -6
     wait  # (the tests: nothing beside the timings)
     cat /tmp/k2-bf16-small.out /tmp/k2-bf16-real.out /tmp/sgmoe.out /tmp/step-std.out
     tuned="$OUT/sglang-moe-k3-tuned.json"  # (written a row count at a time: a time limit keeps the rows done)
-    ( timeout 90 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
+    ( timeout 80 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
     std=""; [ -s "$tuned" ] && std="--std-config $tuned"
-    ( eval "timeout 120 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
+    ( eval "timeout 110 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
              # (a tuned file: sgmoe-tune's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
