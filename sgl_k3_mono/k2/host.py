@@ -411,7 +411,8 @@ class K2Launch:
         base = k2_tiles(self.plan.rows, dense_gemv=bool(over.get("DENSE_GEMV", cur["DENSE_GEMV"])),
                         expert_gemv=bool(over.get("EXPERT_GEMV", cur["EXPERT_GEMV"])),
                         num_warps=over.get("num_warps", cur["num_warps"]),
-                        user_rows=over.get("XU", cur.get("XU", 0)), mma=bool(over.get("MMA", cur.get("MMA", 0))))
+                        user_rows=over.get("XU", cur.get("XU", 0)), mma=bool(over.get("MMA", cur.get("MMA", 0))),
+                        mxfp4=self.plan.mxfp4)
         self.block = {**base, **over}
     impl: str = "triton"
     """Device code: "triton", or "flydsl" on gfx950 (sgl_k3_mono.kernels.choose picks it);

@@ -29,7 +29,7 @@ def _pow2_floor(n: int) -> int:
 
 
 def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, user_rows: int = 0,
-             mma: bool = False) -> dict:
+             mma: bool = False, mxfp4: bool = True) -> dict:
     """The block for one launch of `rows` rows: its tile sizes and options (each key's
     meaning: options.TILE_OPTIONS). Dense phases (o_proj, front, shared down, latent_up):
     tensor cores with [64 outputs, 256 K] weight tiles, or GEMVs (`dense_gemv`). Expert
@@ -40,7 +40,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
     MXFP4 bytes. `user_rows`: XU (GEMV experts only). The row-count choices inside the
     mma branch are default_tiles' measurements, kept here so that a sweep's one-key
     override (K2Launch.set_block) keeps the rest of the default. launch_args shrinks
-    tiles that a small model cannot fill."""
+    tiles that a small model cannot fill. `mxfp4`: the experts' format (bf16 takes the
+    dense choices below at 1 row)."""
     rb = _next_pow2(rows)
     budget = 32 * 32 * num_warps
     clamp = lambda v, lo, hi: max(lo, min(hi, _pow2_floor(int(v))))  # noqa: E731
@@ -70,6 +71,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
                  BKX=2 * clamp(budget // (xr * 16), 32, 256), BKD=2 * clamp(budget // (xr * bl), 32, 64))
     else:
         t.update(BI=64, BL=128, BKX=256, BKD=128)
+    if dense_gemv and rows == 1 and not mma and not mxfp4:
+        # bf16 experts: the mma branch's 1-row dense choices too (FLATD, o_proj's own tile; 37th)
+        t.update(FLATD=1, BNO=64, BKO=128)
     return t
 
 
@@ -107,11 +111,8 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     if mma:
         return k2_tiles(rows, dense_gemv=rows <= 1, expert_gemv=False, num_warps=8, mma=True)
     if rows <= 1:
-        t = k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8)
-        if not mxfp4:
-            t.update(FLATD=1, BNO=64, BKO=128)
-        return t
-    return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=4 if mxfp4 else 8)
+        return k2_tiles(rows, dense_gemv=True, expert_gemv=True, num_warps=8, mxfp4=mxfp4)
+    return k2_tiles(rows, dense_gemv=False, expert_gemv=False, num_warps=4 if mxfp4 else 8, mxfp4=mxfp4)
 
 
 def most_up_items(rows: int, *, top_k: int, experts: int, inter: int, bi: int) -> int:

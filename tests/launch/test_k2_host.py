@@ -3,6 +3,8 @@ told it may assume must hold for the tensors it is handed."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sgl_k3_mono.k2 import host, tiles
@@ -398,6 +400,15 @@ def test_set_block_keeps_the_defaults_it_is_not_told_to_change():
     defaults = dict(K2Launch.build(plan, "cpu", impl="triton").block)
     assert (defaults["MMA"], defaults["XPD"], defaults["XPDD"], defaults["SEAM_SPLIT"]) == (1, 1, 0, 1)
     for over in ({}, {"KSX": 2}, {"XPD": 0}, {"XPDD": 1}, {"SEAM_SPLIT": 0}):
+        launch = K2Launch.build(plan, "cpu", impl="triton")
+        launch.set_block(**over)
+        assert launch.block == {**defaults, **over}, over
+    # bf16 experts at 1 row: FLATD and o_proj's own tile (when default_tiles added them on top
+    # of k2_tiles, the 37th session's `bench k2 --block ""` timed the launch without them)
+    plan = dataclasses.replace(plan, rows=1, mxfp4=False)
+    defaults = dict(K2Launch.build(plan, "cpu", impl="triton").block)
+    assert (defaults["FLATD"], defaults["BNO"], defaults["BKO"], defaults["num_warps"]) == (1, 64, 128, 8)
+    for over in ({}, {"FLATD": 0}, {"BNO": 0}):
         launch = K2Launch.build(plan, "cpu", impl="triton")
         launch.set_block(**over)
         assert launch.block == {**defaults, **over}, over
