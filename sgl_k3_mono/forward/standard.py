@@ -46,6 +46,18 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
     v0 = next(iter(k1w.values())).views if k1w else None
     serves = v0 is not None and v0.heads in SGLANG_KDA_HEADS and v0.head_dim == 128
     op = sglang_kda()[0] if on_gpu and serves else None  # SGLang's KDA kernel is CUDA-only
+    if op is not None:
+        kda_what = "SGLang kda_fused_decode"
+    elif v0 is not None and not serves:
+        kda_what = (f"torch KDA chain (SGLang's KDA kernel serves {SGLANG_KDA_HEADS} heads of 128 a rank; "
+                    f"this model has {v0.heads} of {v0.head_dim})")
+    else:
+        kda_what = "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)"
+    if rows is None:
+        experts_what = "gathered bmm (cuBLAS; copies the experts)"
+    else:
+        experts_what = (f"SGLang fused MoE (Triton), {rows} rows, "
+                        + (f"config {config}" if config else "SGLang's default config"))
     experts = "bmm" if rows is None else "sglang"
     k2w = {lr.index: standard_path(lr.k2, top_k=top_k, rows=rows, experts=experts, reduce=reduce, config=config)
            for lr in model.layers if lr.k2 is not None}
@@ -60,12 +72,6 @@ def standard_launches(model: StepModel, *, top_k: int, rows: Optional[int] = Non
     saved = launches.k1, launches.k2
     launches.k1, launches.k2 = k1, k2
     try:
-        yield dict(kda="SGLang kda_fused_decode" if op is not None
-                   else "torch KDA chain (SGLang's KDA kernel needs CUDA and the kit)" if serves or v0 is None
-                   else f"torch KDA chain (SGLang's KDA kernel serves {SGLANG_KDA_HEADS} heads of 128 a rank; "
-                        f"this model has {v0.heads} of {v0.head_dim})",
-                   experts=f"SGLang fused MoE (Triton), {rows} rows, "
-                   + (f"config {config}" if config else "SGLang's default config") if rows is not None
-                   else "gathered bmm (cuBLAS; copies the experts)")
+        yield dict(kda=kda_what, experts=experts_what)
     finally:
         launches.k1, launches.k2 = saved

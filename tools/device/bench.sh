@@ -6,8 +6,6 @@
 #                                        # over NCCL, the reduces alone (NCCL, torch symm-mem, SGLang's JIT one)
 #   bash tools/device/bench.sh tp-step   # (x2 / x4 / x8) bench step --tp: the step at TP 2-8 against the standard
 #                                        # step with NCCL reduces
-#   bash tools/device/bench.sh standard  # the bf16 standard paths' SGLang fused MoE checked, then K2 and the step
-#                                        # timed against them (~9.5 min)
 #   bash tools/device/bench.sh bf16-gate [[ROWS:]BLOCK...]  # bf16 K2's GPU tests, the standard paths' checks,
 #                                        # SGLang's fused MoE tuned for K3's shapes, then K2 (its default and the
 #                                        # blocks given) against SGLang's default and tuned configs (~8 min)
@@ -30,7 +28,7 @@
 #   bash tools/device/bench.sh ncu-src [ROWS:BLOCK...]  # the persistent launch under Nsight Compute, SASS line
 #                                        # by line (issue, memory, stalls; ~1 min a spec; one .tgz back)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
-# A mode that one session's A/B needed once (sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
+# A mode that one session's A/B needed once (standard and sgmoe-tune: bf16-gate and step-std now; sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
 # stages, odd-rows, owed (gate-rest covers it), ncu-mem (ncu-src profiles the persistent launch), ...)
 # lives in the git history at the commit docs/evidence names for its call; gate and ab are their common form.
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -94,21 +92,6 @@ case "${1:-}" in
   step)  # (bf16 ran past 250 s at 8 rows on a fresh machine in the twenty-sixth session; MXFP4 took 188 s)
     ( timeout 320 python3 -m sgl_k3_mono.cli bench step --fmt bf16 2>&1 | tail -12 ) | tee "$OUT/step-bench-bf16.log"
     ( timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log" ;;
-  standard)  # the bf16 standard paths on SGLang's fused MoE: its GPU check and the standard step's, side by side
-             # with bench k2's compiles (a fresh machine's Triton cache is cold: 20-45 s a K2 variant), then bench k2
-             # and bench step (1 and 8 rows: its cold compiles took 250 s for four) in bf16 on the idle GPU
-             # (~9.5 min; not yet run: thirty-sixth session)
-    ( t sgmoe 180 tests/launch/test_sglang_moe.py -k gpu ) > "$OUT/sgmoe.out" 2>&1 &
-    ( OMP_NUM_THREADS=2 t step-std 180 tests/forward/test_forward_gpu.py -k "standard_step" ) \
-      > "$OUT/step-std.out" 2>&1 &
-    ( timeout 180 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only ) \
-      > "$OUT/k2-warm.log" 2>&1 &
-    wait
-    cat "$OUT/sgmoe.out" "$OUT/step-std.out"
-    ( timeout 90 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases 2>&1 \
-        | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log"
-    ( timeout 300 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows 1,8 2>&1 | tail -8 ) \
-      | tee "$OUT/step-bench-bf16.log" ;;
   tp)  # nvidia-h200-x2/x4/x8 (issue 7): bench k2-tp, bf16 experts (what an H200 serves) at 1 and 8 rows against
        # SGLang's composition with NCCL, the reduces alone, then MXFP4 (~8 min at most; not yet run: 36th session)
     ( timeout 330 python3 -m sgl_k3_mono.cli bench k2-tp --rows 1,8 --formats bf16 2>&1 \
@@ -154,7 +137,7 @@ case "${1:-}" in
     ( eval "timeout 110 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
-             # (a tuned file: sgmoe-tune's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
+             # (a tuned file: bf16-gate's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
     cfg=(); [ -n "${STD_CONFIG:-}" ] && cfg=(--std-config "$STD_CONFIG")
     ( timeout 540 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows "${ROWS:-1,8}" "${cfg[@]}" 2>&1 \
         | tail -8 ) | tee "$OUT/step-bench-bf16.log" ;;

@@ -10,7 +10,7 @@ default (`std`). The grid is a subset of SGLang's tuner's search space at BLOCK_
     python3 tools/device/sglang_moe_tune.py ROWS,... --warm-part I/N   # compile configs I, I+N, ... only
 
 Compiling the grid is most of a tune's time (two GEMMs a config); `--warm-part` processes
-side by side fill Triton's cache on the host's cores first (tools/device/bench.sh sgmoe-tune).
+side by side fill Triton's cache on the host's cores first (tools/device/bench.sh bf16-gate).
 """
 import argparse
 import itertools

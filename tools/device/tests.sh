@@ -21,7 +21,7 @@ case "${1:-}" in
       t k2-tp2 170 tests/launch/test_k2_tp.py -k "not real" ;;  # (the real-shape cases: tp2)
   k1) t k1-gpu 540 tests/launch/test_k1.py -k "not interpret" ;;
   forward) t forward-gpu 570 tests/forward/test_forward_gpu.py -k "not k_split and not standard_step" ;;  # (458-530 s in the
-           # 21st-35th sessions; the standard step's SGLang case: bench.sh standard; the TP-2 group: tp2)
+           # 21st-35th sessions; the standard step's SGLang case: bench.sh bf16-gate; the TP-2 group: tp2)
   ksx-forward) t ksx-forward 540 tests/forward/test_forward_gpu.py -k k_split ;;  # KSX 2 over 3 seeds (~7 min)
   tp2) t k2-tp2 400 tests/launch/test_k2_tp.py  # nvidia-h200-x2: both TP-2 groups alone (~240 s; real rank shapes since the 36th: more)
        t forward-tp2 150 tests/forward/test_forward_tp.py ;;
