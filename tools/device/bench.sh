@@ -133,12 +133,14 @@ case "${1:-}" in
     tuned="$OUT/sglang-moe-k3-tuned.json"  # (written a row count at a time: a time limit keeps the rows done)
     ( timeout 80 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
-    std=""; [ -s "$tuned" ] && std="--std-config $tuned"
+    std=""; [ -s "$tuned" ] && std="--std-config $tuned" && cp "$tuned" /tmp/sglang-moe-k3-tuned.json  # (step-std's, next call)
     ( eval "timeout 110 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
-             # (a tuned file: bf16-gate's; unset, SGLang's default), ROWS (1,8; cold compiles ~300 s for four)
-    cfg=(); [ -n "${STD_CONFIG:-}" ] && cfg=(--std-config "$STD_CONFIG")
+             # (a tuned file; unset: the one bf16-gate wrote on this warm machine, else SGLang's default),
+             # ROWS (1,8; 1,8 then 2,4 took 106 + 68 s on a warm H100 after bench k2 in the 38th session)
+    cfg=(); conf=${STD_CONFIG:-/tmp/sglang-moe-k3-tuned.json}
+    [ -s "$conf" ] && cfg=(--std-config "$conf"); echo "step-std: standard MoE configs ${cfg[*]:-none (SGLang default)}"
     ( timeout 540 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows "${ROWS:-1,8}" "${cfg[@]}" 2>&1 \
         | tail -8 ) | tee "$OUT/step-bench-bf16.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
