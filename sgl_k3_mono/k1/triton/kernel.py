@@ -43,7 +43,7 @@ import triton.language as tl
 
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import seam_p_row, split_seam_persistent, split_seam_step
-from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns, wait_geq
+from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
 
 PHASES = ("seam", "in_proj", "kda")
 """Phase names, in order (index = the PHASE constexpr)."""
