@@ -458,6 +458,8 @@ class K2Launch:
                              "latent's tiles leave their shares)")
         b["LSQ"] = int(b.get("LSQ", 0)) if not self.hip else 0  # measured on sm_90 only
         b["FLATD"] = int(b.get("FLATD", 0)) if b["DENSE_GEMV"] and not self.hip else 0  # GEMV loops, sm_90
+        b["FLATX"] = int(b.get("FLATX", 0)) if (b["EXPERT_GEMV"] and not b.get("XU") and not pl.mxfp4
+                                                 and not self.hip) else 0  # bf16 GEMV experts, sm_90
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
                                  bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \
             if b["FR"] else 0
@@ -514,7 +516,7 @@ class K2Launch:
             SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            FLATD=b["FLATD"], PTX=not self.hip and _runs_ptx(),
+            FLATD=b["FLATD"], FLATX=b["FLATX"], PTX=not self.hip and _runs_ptx(),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

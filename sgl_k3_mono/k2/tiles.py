@@ -221,6 +221,9 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("FLATD", 0) not in (0, 1):  # the dense GEMV phases' K loops: one a tile, or one over the program's tiles
         raise ValueError(f"K2 tiles: FLATD={b['FLATD']}; the dense GEMV loops run a tile at a time (0) or over a "
                          "program's tiles at once (1)")
+    if b.get("FLATX", 0) not in (0, 1):  # the bf16 GEMV experts' K loops: one an item, or one over the program's items
+        raise ValueError(f"K2 tiles: FLATX={b['FLATX']}; the expert GEMV loops run an item at a time (0) or over a "
+                         "program's items at once (1)")
     if b.get("BNO", 0) not in (0, 16, 32, 64, 128) or b.get("BKO", 0) not in (0, 64, 128, 256, 512):
         raise ValueError(f"K2 tiles: BNO={b.get('BNO', 0)}, BKO={b.get('BKO', 0)}; o_proj's own tile takes 16..128 "
                          "rows and K steps of 64..512 (0: latent_up's tile)")

@@ -116,6 +116,7 @@ def run_case(case: Case, device, *, phase="all", grid=None, weights=None, repeat
     res["finite"] = bool(torch.isfinite(out.float()).all())
     res["mma"] = bool(launch.tiles_used.get("MMA", 0))
     res["flatd"] = int(launch.tiles_used.get("FLATD", 0))
+    res["flatx"] = int(launch.tiles_used.get("FLATX", 0))
     if keep_out:  # the launch's own output, for launch-against-launch checks (not JSON)
         res["out"] = out.float().cpu()
     return res

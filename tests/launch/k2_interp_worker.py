@@ -1,8 +1,9 @@
 """Runs K2 cases under Triton's CPU interpreter (phase by phase; with --persistent first,
 as the persistent launch on a one-program grid) and prints one JSON line per case. With
 --bitwise-vs TILES (after --persistent, if any) each case runs a second time with those
-tiles instead of its own (or, given "layout=L", with its experts held in layout L), and
-the line says how many outputs of the two runs differ.
+tiles instead of its own (or, given "layout=L", with its experts held in layout L; given
+"off=KEY", with its own tiles but KEY=0), and the line says how many outputs of the two
+runs differ.
 Started by test_k2.py in a fresh process with TRITON_INTERPRET=1."""
 
 import dataclasses
@@ -39,8 +40,13 @@ for spec in args:
     try:
         res = _run(case)
         if against is not None:  # "layout=L": the same tiles, the experts held in layout L
-            other = _run(dataclasses.replace(case, layout=against[7:]) if against.startswith("layout=")
-                         else dataclasses.replace(case, tiles=against))
+            if against.startswith("layout="):
+                twin = dataclasses.replace(case, layout=against[7:])
+            elif against.startswith("off="):
+                twin = dataclasses.replace(case, tiles=case.tiles.replace(f"{against[4:]}=1", f"{against[4:]}=0"))
+            else:
+                twin = dataclasses.replace(case, tiles=against)
+            other = _run(twin)
             res["apart_from"] = {"tiles": against, "apart": int((res.pop("out") != other.pop("out")).sum())}
     except Exception as e:  # report, let the test fail with the message
         res = {"error": f"{type(e).__name__}: {e}"}

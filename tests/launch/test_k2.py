@@ -130,6 +130,23 @@ def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persiste
     assert all(r["flatd"] == 1 and r["apart_from"]["apart"] == 0 for r in results), results
 
 
+# FLATX at 1 row (bf16 GEMV experts), K chunks short enough that an item is several steps,
+# with and without the shared down's tiles after the routed items in experts_up (SDU 1)
+# and in experts_down's loop (SDU 0), and with experts_down's items a run a program (XDB)
+FLATX_CASES = [Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=68, tiles="FLATX=1,BKX=64,BKD=32"),
+               Case("k3-small", 1, "bf16", "sm_90", nvb=1, seed=69, tiles="FLATX=1,BKX=64,BKD=32,SDU=1"),
+               Case("k3-tiny", 1, "bf16", "sm_90", nvb=1, seed=70, tiles="FLATX=1,BKX=32,BKD=32,XDB=1")]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_k2_triton_interpreted_flat_expert_loops_are_bitwise_the_default(persistent):
+    """FLATX's loops form an item's products in gemv_bf16's order: its output within the
+    bounds and bitwise a K loop an item (the same chunks), phase by phase and as the
+    persistent launch (one program: every item of each expert phase in one loop)."""
+    results = _interpreted(FLATX_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "off=FLATX")
+    assert all(r["flatx"] == 1 and r["apart_from"]["apart"] == 0 for r in results), results
+
+
 # ---- GPU --------------------------------------------------------------------------------
 
 GPU_CASES = [Case("k3-small", m, fmt, "sm_90", nvb=m % 4, prefix=m != 3, seed=m)
@@ -333,6 +350,30 @@ def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, tiles):
           f"routing_equal={got['routing_equal']}")
     assert got["flatd"] == 1 and ref["flatd"] == 0
     assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", ["FLATX=1", "FLATX=1,BKX=256"])
+def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(tiles):
+    """FLATX (experts_up's and experts_down's routed items and their K steps as one
+    pipelined loop a program; bf16 GEMV experts, 1 row) forms the same products in the same
+    order: bitwise a K loop an item (FLATX 0, the same K chunks), real TP-8 rank shapes."""
+    import torch
+    from k2_cases import case_dims, run_case
+
+    from sgl_k3_mono.k2.synthetic import random_k2_weights
+
+    base = Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=3, seed=71, tiles=tiles.replace("FLATX=1", "FLATX=0"))
+    w = random_k2_weights(case_dims(base), fmt="bf16", device="cuda", seed=base.seed)
+    ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
+    got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
+    apart = int((got["out"] != ref["out"]).sum())
+    print(f"\nK2FLATX bf16 {tiles}: {apart} of {ref['out'].numel()} apart from FLATX=0, "
+          f"routing_equal={got['routing_equal']}, max_abs={got['hidden']['max_abs']:.4g} "
+          f"cos={got['hidden']['cosine']:.7f}")
+    assert got["flatx"] == 1 and ref["flatx"] == 0
+    assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])
+    _check(got)
 
 
 @pytest.mark.gpu

@@ -1,12 +1,15 @@
-"""FLATD's premise, on the CPU: its loops over a program's (tile, K step) pairs are worth
-having only if Triton's software pipeliner pipelines them, and a CTA barrier in a loop's
-body (tl.debug_barrier) makes it leave the loop's loads plain. K2 at a TP-8 rank's shapes,
-1 row, MXFP4, compiled for sm_90 on the CPU (compile_check's stub driver, in a process of
-its own): in the pipelined TTGIR, the loads of both flat loops (the front's, with its
-routing count, and latent_up's) are async copies into shared memory."""
+"""FLATD's and FLATX's premise, on the CPU: their loops over a program's (tile or item, K
+step) pairs are worth having only if Triton's software pipeliner pipelines them, and a CTA
+barrier in a loop's body (tl.debug_barrier) makes it leave the loop's loads plain. K2 at a
+TP-8 rank's shapes, 1 row, compiled for sm_90 on the CPU (compile_check's stub driver, in a
+process of its own): in the pipelined TTGIR, the loads of every flat loop are async copies
+into shared memory (MXFP4, FLATD: the front's, with its routing count, and latent_up's;
+bf16 with FLATX too: experts_up's gate and up, experts_down's)."""
 
 import json
 import os
+
+import pytest
 import subprocess
 import sys
 
@@ -18,11 +21,12 @@ from sgl_k3_mono.k2.host import K2Launch
 from sgl_k3_mono.k2.triton import matmul
 
 orig = K2Launch.launch_args
+fmt, block = sys.argv[1], json.loads(sys.argv[2])
 def patched(self, *a, **k):
-    self.set_block(FLATD=1)
+    self.set_block(**block)
     return orig(self, *a, **k)
 K2Launch.launch_args = patched
-kernel, args, meta = cc._k2_variant("mxfp4", "sm_90", 1, "sm_90")
+kernel, args, meta = cc._k2_variant(fmt, "sm_90", 1, "sm_90")
 ck = kernel.warmup(*args, PHASE=-1, grid=(132,), **dict(meta, HIP=False))
 ir = ck.asm["ttgir"]
 locs = dict(re.findall(r"^(#loc\d+) = (loc\(.*\))$", ir, re.M))
@@ -49,15 +53,17 @@ for line in ir.splitlines():
         # a load of gemv_bf16_step called by the kernel itself (FLATD's loops; gemv_bf16 calls it too)
         if len(c) > 1 and c[0][0] == "matmul.py" and step < c[0][1] < step + 12 and c[1][0] == "kernel.py":
             found[kind].add(c[1][1])  # the call site in the kernel
-print(json.dumps({"flatd": meta["FLATD"], "async": sorted(found["async"]), "plain": sorted(found["plain"])}))
+print(json.dumps({"flatd": meta["FLATD"], "flatx": meta["FLATX"], "async": sorted(found["async"]), "plain": sorted(found["plain"])}))
 """
 
 
-def test_both_flat_loops_are_pipelined():
+@pytest.mark.parametrize("fmt,block,sites", [("mxfp4", {"FLATD": 1}, 2), ("bf16", {"FLATD": 1, "FLATX": 1}, 5)])
+def test_flat_loops_are_pipelined(fmt, block, sites):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", WORKER], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", WORKER, fmt, json.dumps(block)], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     print(got)
-    assert got["flatd"] == 1
-    assert len(got["async"]) == 2 and got["plain"] == [], got  # the front's and latent_up's call sites
+    assert (got["flatd"], got["flatx"]) == (block.get("FLATD", 0), block.get("FLATX", 0))
+    assert len(got["async"]) == sites and got["plain"] == [], got  # each flat loop's call sites

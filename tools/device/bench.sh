@@ -67,9 +67,9 @@ k2_small_real() {
 # injection, routing and smem (k2-rest2); the probes' bitwise tests, the seam run twice and FLATD (k2-rest3).
 # The experts in AITER's layouts (tests/launch/test_k2_expert_layouts.py) are tests.sh's k2-aiter group, not here
 K2_REST_A="gpu and (phase_by_phase or expert_options or ring)"
-K2_REST_C="gpu and (seam_run_twice or flat_dense)"
+K2_REST_C="gpu and (seam_run_twice or flat_dense or flat_expert)"
 K2_REST_B="gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
-and not seam_run_twice and not flat_dense"
+and not seam_run_twice and not flat_dense and not flat_expert"
 k2_rest() {
   OMP_NUM_THREADS=2 t k2-rest "$1" tests/launch/test_k2.py -k "$K2_REST_A" &
   OMP_NUM_THREADS=2 t k2-rest2 "$1" tests/launch/test_k2.py tests/launch/test_k2_routing.py \
@@ -115,7 +115,7 @@ case "${1:-}" in
     for b in "" "$@"; do blocks+=" --block '$b'"; done
     ( OMP_NUM_THREADS=2 t k2-bf16-small 250 tests/launch/test_k2.py -k "gpu_small and bf16" ) \
       > /tmp/k2-bf16-small.out 2>&1 &
-    ( OMP_NUM_THREADS=2 t k2-bf16-real 250 tests/launch/test_k2.py -k "gpu and bf16 and (gpu_real or flat_dense)" ) \
+    ( OMP_NUM_THREADS=2 t k2-bf16-real 250 tests/launch/test_k2.py -k "gpu and bf16 and (gpu_real or flat_dense or flat_expert)" ) \
       > /tmp/k2-bf16-real.out 2>&1 &
     ( t sgmoe 180 tests/launch/test_sglang_moe.py -k gpu ) > /tmp/sgmoe.out 2>&1 &
     ( OMP_NUM_THREADS=2 t step-std 180 tests/forward/test_forward_gpu.py -k "standard_step" ) \

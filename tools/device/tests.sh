@@ -33,8 +33,8 @@ case "${1:-}" in
     OMP_NUM_THREADS=2 t k2-rest 450 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
     OMP_NUM_THREADS=2 t k2-rest2 450 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py tests/launch/test_sglang_moe.py \
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
-and not seam_run_twice and not flat_dense" &
-    OMP_NUM_THREADS=2 t k2-rest3 450 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
+and not seam_run_twice and not flat_dense and not flat_expert" &
+    OMP_NUM_THREADS=2 t k2-rest3 450 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense or flat_expert)" &
     OMP_NUM_THREADS=2 t k2-aiter 450 tests/launch/test_k2_expert_layouts.py -k gpu &
     OMP_NUM_THREADS=3 t k1-gpu 450 tests/launch/test_k1.py -k "not interpret" &
     wait ;;
@@ -44,8 +44,8 @@ and not seam_run_twice and not flat_dense" &
     OMP_NUM_THREADS=2 t k2-rest 420 tests/launch/test_k2.py -k "gpu and (phase_by_phase or expert_options or ring)" &
     OMP_NUM_THREADS=2 t k2-rest2 420 tests/launch/test_k2.py tests/launch/test_k2_routing.py tests/launch/test_triton_smem.py tests/launch/test_sglang_moe.py \
       -k "gpu and not gpu_small and not gpu_real and not phase_by_phase and not expert_options and not ring \
-and not seam_run_twice and not flat_dense" &
-    OMP_NUM_THREADS=2 t k2-rest3 420 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense)" &
+and not seam_run_twice and not flat_dense and not flat_expert" &
+    OMP_NUM_THREADS=2 t k2-rest3 420 tests/launch/test_k2.py -k "gpu and (seam_run_twice or flat_dense or flat_expert)" &
     OMP_NUM_THREADS=2 t k2-aiter 420 tests/launch/test_k2_expert_layouts.py -k gpu &
     wait ;;
   *) echo "usage: tests.sh k2|k1|forward|tp2|tp|tp-step|one-gpu|k2-one-gpu" >&2; exit 2 ;;

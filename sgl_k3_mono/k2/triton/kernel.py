@@ -99,7 +99,7 @@ def k2_kernel(
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
     KSX: tl.constexpr = 1, TRACE: tl.constexpr = False, SPASS: tl.constexpr = 1, PF: tl.constexpr = 0,
     BNF: tl.constexpr = 64, BNH: tl.constexpr = 64, XPD: tl.constexpr = 0, XPDD: tl.constexpr = 0,
-    XL2: tl.constexpr = 0, FLATD: tl.constexpr = 0, PTX: tl.constexpr = False,
+    XL2: tl.constexpr = 0, FLATD: tl.constexpr = 0, FLATX: tl.constexpr = 0, PTX: tl.constexpr = False,
     XDB: tl.constexpr = 0, SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1,
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
@@ -322,7 +322,32 @@ def k2_kernel(
             spare = n_up < nprog
             up_stop = tl.where(spare & (pid < n_up), n_up, up_stop)
             up_step = tl.where(spare & (pid >= n_up), nprog - n_up, nprog)
-        for item in range(pid, up_stop, up_step):
+        item0 = pid
+        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 GEMV experts)
+            NKX: tl.constexpr = (L + BKX - 1) // BKX
+            n_mine = tl.where(pid < n_up, (n_up - pid + up_step - 1) // up_step, 0)
+            pg = tl.zeros((XR, BI, BKX), tl.float32)
+            pu = tl.zeros((XR, BI, BKX), tl.float32)
+            for it in tl.range(0, n_mine * NKX, num_stages=STAGES):
+                item = pid + (it // NKX) * up_step
+                n = item // (I // BI)
+                i0 = (item % (I // BI)) * BI
+                e = nth_expert(ids, first, number, n).to(tl.int64)
+                n3 = (i0 + tl.arange(0, BI))[None, :, None]
+                k0 = (it % NKX) * BKX
+                pg = gemv_bf16_step(pg, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None], w13_ptr + e * s13_e,
+                                    s13_n, n3, I, k0, L, BKX)
+                pu = gemv_bf16_step(pu, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
+                                    w13_ptr + e * s13_e + I_UP * s13_n, s13_n, n3, I, k0, L, BKX)
+                if it % NKX == NKX - 1:  # (zeros + the sum: dot_bf16's accumulate, so the same bits)
+                    g = tl.zeros((XR, BI), tl.float32) + tl.sum(pg, axis=2)
+                    u = tl.zeros((XR, BI), tl.float32) + tl.sum(pu, axis=2)
+                    act = situ(g, u, BETA, LBETA).to(tl.bfloat16)
+                    tl.store(act_ptr + (n * XR + rx[:, None]) * I + (i0 + tl.arange(0, BI))[None, :], act)
+                    pg = tl.zeros((XR, BI, BKX), tl.float32)
+                    pu = tl.zeros((XR, BI, BKX), tl.float32)
+            item0 = pid + n_mine * up_step  # the shared down's tiles (SDU) after them, as without FLATX
+        for item in range(item0, up_stop, up_step):
             if item < n_up:
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
@@ -416,6 +441,28 @@ def k2_kernel(
             d_first, d_stop, d_step = pid, n_down, nprog
         if XET == 2:  # the program's next item's expert, loaded while this item runs
             e_next = table_expert(etab_ptr, tl.minimum(d_first, n_routed - 1) // (L // BL))
+        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 GEMV experts)
+            NKD: tl.constexpr = (I + BKD - 1) // BKD
+            d_end = tl.minimum(d_stop, n_routed)
+            n_mine = tl.where(d_first < d_end, (d_end - d_first + d_step - 1) // d_step, 0)
+            py = tl.zeros((XR, BL, BKD), tl.float32)
+            for it in tl.range(0, n_mine * NKD, num_stages=STAGES):
+                item = d_first + (it // NKD) * d_step
+                n = item // (L // BL)
+                l0 = (item % (L // BL)) * BL
+                e = nth_expert(ids, first, number, n)
+                py = gemv_bf16_step(py, act_ptr + n * XR * I, I, rx[:, None, None], (rx < M)[:, None, None],
+                                    w2_ptr + e.to(tl.int64) * s2_e, s2_n, (l0 + tl.arange(0, BL))[None, :, None], L,
+                                    (it % NKD) * BKD, I, BKD)
+                if it % NKD == NKD - 1:
+                    y = tl.zeros((XR, BL), tl.float32) + tl.sum(py, axis=2)
+                    match = (ids_x == e) & keep_x
+                    slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
+                    has = tl.max(match.to(tl.int32), axis=1) > 0
+                    tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + (l0 + tl.arange(0, BL))[None, :],
+                             y.to(tl.bfloat16), mask=has[:, None])
+                    py = tl.zeros((XR, BL, BKD), tl.float32)
+            d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX
         for item in range(d_first, d_stop, d_step):
             if item < n_routed:
                 n = item // (L // BL)
