@@ -4,7 +4,7 @@ barrier in a loop's body (tl.debug_barrier) makes it leave the loop's loads plai
 TP-8 rank's shapes, 1 row, compiled for sm_90 on the CPU (compile_check's stub driver, in a
 process of its own): in the pipelined TTGIR, the loads of every flat loop are async copies
 into shared memory (MXFP4, FLATD: the front's, with its routing count, and latent_up's;
-bf16 with FLATX too: experts_up's gate and up, experts_down's)."""
+bf16 with FLATX too: experts_up's gate and up, experts_down's routed items and shared tiles)."""
 
 import json
 import os
@@ -57,7 +57,7 @@ print(json.dumps({"flatd": meta["FLATD"], "flatx": meta["FLATX"], "async": sorte
 """
 
 
-@pytest.mark.parametrize("fmt,block,sites", [("mxfp4", {"FLATD": 1}, 2), ("bf16", {"FLATD": 1, "FLATX": 1}, 5)])
+@pytest.mark.parametrize("fmt,block,sites", [("mxfp4", {"FLATD": 1}, 2), ("bf16", {"FLATD": 1, "FLATX": 1}, 6)])
 def test_flat_loops_are_pipelined(fmt, block, sites):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-c", WORKER, fmt, json.dumps(block)], env=env, capture_output=True,

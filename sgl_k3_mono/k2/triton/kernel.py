@@ -463,6 +463,21 @@ def k2_kernel(
                              y.to(tl.bfloat16), mask=has[:, None])
                     py = tl.zeros((XR, BL, BKD), tl.float32)
             d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX
+            if DENSE_GEMV:  # ... their K steps one loop too (each a 2-step K loop at a TP-8 rank, 3-4 a program)
+                NKS: tl.constexpr = (S2 // 2 + BK - 1) // BK
+                n_mine = tl.where(d_first < d_stop, (d_stop - d_first + d_step - 1) // d_step, 0)
+                ps = tl.zeros((BM, BN, BK), tl.float32)
+                for it in tl.range(0, n_mine * NKS, num_stages=STAGES):
+                    n0 = (d_first + (it // NKS) * d_step - n_routed + SDUT) * BN
+                    ps = gemv_bf16_step(ps, sact_ptr, S2 // 2, rm[:, None, None], (rm < M)[:, None, None], wsd_ptr,
+                                        s_wsd, (n0 + tl.arange(0, BN))[None, :, None], H, (it % NKS) * BK, S2 // 2,
+                                        BK)
+                    if it % NKS == NKS - 1:
+                        acc = tl.zeros((BM, BN), tl.float32) + tl.sum(ps, axis=2)
+                        tl.store(part2_ptr + rm[:, None] * (L + H) + L + (n0 + tl.arange(0, BN))[None, :],
+                                 acc.to(tl.bfloat16), mask=rm[:, None] < M)
+                        ps = tl.zeros((BM, BN, BK), tl.float32)
+                d_first = d_stop
         for item in range(d_first, d_stop, d_step):
             if item < n_routed:
                 n = item // (L // BL)
