@@ -412,26 +412,27 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["", "FR=0"])
-def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
+@pytest.mark.parametrize("fmt,rows,tiles", [("mxfp4", 8, ""), ("mxfp4", 8, "FR=0"), ("bf16", 1, "")])
+def test_k2_gpu_graph_replay_is_bitwise_stable(fmt, rows, tiles):
     """1000 replays of a captured launch agree bitwise; with new inputs copied into the
     captured buffers, a replay equals an eager run on those inputs (the default, FR: its
-    tile counts start from 0 in every replay; and FR 0)."""
+    tile counts start from 0 in every replay; FR 0; and bf16 at 1 row, FLATX: its loops'
+    lengths follow each step's routing)."""
     import torch
 
     from k2_cases import case_dims, make_inputs, to_device
     from sgl_k3_mono.k2.host import K2Launch, K2Plan
     from sgl_k3_mono.k2.reference import K2Weights
 
-    case = Case("k3-small", 8, "mxfp4")
+    case = Case("k3-small", rows, fmt)
     d = case_dims(case)
-    w = to_device(K2Weights.random(d, seed=5, expert_format="mxfp4"), "cuda").shard(0, 1)
-    attn, bank, prefix = make_inputs(d, 8, seed=6, nvb=2, nb=3, with_prefix=True, device="cuda")
-    launch = K2Launch.build(K2Plan.for_weights(w, 8, isa="sm_90", bank_rows=3,
+    w = to_device(K2Weights.random(d, seed=5, expert_format=fmt), "cuda").shard(0, 1)
+    attn, bank, prefix = make_inputs(d, rows, seed=6, nvb=2, nb=3, with_prefix=True, device="cuda")
+    launch = K2Launch.build(K2Plan.for_weights(w, rows, isa="sm_90", bank_rows=3,
                                                grid=torch.cuda.get_device_properties(0).multi_processor_count), "cuda")
     if tiles:
         launch.set_block(**dataclasses.replace(case, tiles=tiles).block())
-    out = torch.empty(8, d.hidden, dtype=torch.bfloat16, device="cuda")
+    out = torch.empty(rows, d.hidden, dtype=torch.bfloat16, device="cuda")
     launch(w, attn, bank, 2, prefix, out)  # compile outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
@@ -444,10 +445,11 @@ def test_k2_gpu_graph_replay_is_bitwise_stable(tiles):
         if not torch.equal(out, first):
             break
     torch.cuda.synchronize()
+    assert launch.tiles_used.get("FLATX", 0) == int(fmt == "bf16")
     assert torch.equal(out, first), "a replay changed the output"
     eager = torch.empty_like(out)
     for seed in range(3):
-        a2, b2, p2 = make_inputs(d, 8, seed=50 + seed, nvb=2, nb=3, with_prefix=True, device="cuda")
+        a2, b2, p2 = make_inputs(d, rows, seed=50 + seed, nvb=2, nb=3, with_prefix=True, device="cuda")
         attn.copy_(a2), bank.copy_(b2), prefix.copy_(p2)
         g.replay()
         launch(w, attn, bank, 2, prefix, eager)
