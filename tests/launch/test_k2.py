@@ -363,7 +363,6 @@ def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(tiles):
     apart in the 39th session; at 256 none). So: within the reference's bounds, the routing
     equal, and FLATX 0's outputs (the same K chunks) within one bf16 step of the output's
     scale, real TP-8 rank shapes."""
-    import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
