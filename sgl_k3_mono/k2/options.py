@@ -77,10 +77,11 @@ _OPTIONS = (
     TileOption("BL", "experts_down's L tile (with MMA: 32 x warps)."),
     TileOption("BKX", "experts_up's K step on the tensor cores, in K elements (GEMV: its K chunk)."),
     TileOption("BKD", "experts_down's K step on the tensor cores, in K elements (GEMV: its K chunk)."),
-    TileOption("FLATX", "1 (sm_90, bf16 GEMV experts, XU 0): experts_up's and experts_down's routed items a "
-               "program owns and their K steps as one pipelined loop each (gate and up in the same step), so an "
-               "item's last loads overlap the next item's first instead of the pipeline draining at every item "
-               "(the same products in the same order: the same bits); 0: a K loop an item."),
+    TileOption("FLATX", "1 (sm_90, bf16 experts: GEMVs over every row, or tensor cores): experts_up's and "
+               "experts_down's routed items a program owns and their K steps as one pipelined loop each (gate and "
+               "up in the same step), then experts_down's shared tiles as one more, so an item's last loads overlap "
+               "the next item's first instead of the pipeline draining at every item (each item's products in its "
+               "own order; the GEMVs' register layout may order their final sum otherwise); 0: a K loop an item."),
     TileOption("MX4D", "MXFP4 GEMV experts: 1, products in 4-D tiles; 0, in [rows, N, bytes] tiles."),
     TileOption("XU", "GEMV experts: each expert computes only the rows that route it, XU at a time (0: every "
                "row)."),

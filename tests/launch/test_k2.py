@@ -135,7 +135,10 @@ def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persiste
 # and in experts_down's loop (SDU 0), and with experts_down's items a run a program (XDB)
 FLATX_CASES = [Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=68, tiles="FLATX=1,BKX=64,BKD=32,SDU=0,BK=64"),
                Case("k3-small", 1, "bf16", "sm_90", nvb=1, seed=69, tiles="FLATX=1,BKX=64,BKD=32,SDU=1"),
-               Case("k3-tiny", 1, "bf16", "sm_90", nvb=1, seed=70, tiles="FLATX=1,BKX=32,BKD=32,XDB=1")]
+               Case("k3-tiny", 1, "bf16", "sm_90", nvb=1, seed=70, tiles="FLATX=1,BKX=32,BKD=32,XDB=1"),
+               # ... and on the tensor cores (from 2 rows), at TP 1 and 2
+               Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=72, tiles="FLATX=1,BKX=64,BKD=64"),
+               Case("k3-tiny", 5, "bf16", "sm_90", nvb=1, tp=2, seed=73, tiles="FLATX=1,BKX=64,BKD=64")]
 
 
 @pytest.mark.parametrize("persistent", [False, True])
@@ -353,8 +356,8 @@ def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, tiles):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", ["FLATX=1", "FLATX=1,BKX=256,STAGES=3"])
-def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(tiles):
+@pytest.mark.parametrize("rows,tiles", [(1, "FLATX=1"), (1, "FLATX=1,BKX=256,STAGES=3"), (8, "FLATX=1")])
+def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(rows, tiles):
     """FLATX (experts_up's and experts_down's routed items, and experts_down's shared
     tiles, with their K steps as one pipelined loop a program; bf16 GEMV experts, 1 row)
     forms each item's products in gemv_bf16's order, but Triton may lay the flat loop's
@@ -367,7 +370,7 @@ def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(tiles):
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=3, seed=71, tiles=tiles.replace("FLATX=1", "FLATX=0"))
+    base = Case("kimi-k3-tp8-rank", rows, "bf16", "sm_90", nvb=3, seed=71, tiles=tiles.replace("FLATX=1", "FLATX=0"))
     w = random_k2_weights(case_dims(base), fmt="bf16", device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
@@ -376,7 +379,7 @@ def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(tiles):
     # (an intermediate's rounding can move a small output by more than its own bf16 step, so the
     # step is the output's scale's)
     steps = float((a - b).abs().max() / (b.abs().max() * 2.0 ** -7))
-    print(f"\nK2FLATX bf16 {tiles}: {apart} of {b.numel()} apart from FLATX=0 (at most {steps:.2f} bf16 steps "
+    print(f"\nK2FLATX bf16 M={rows} {tiles}: {apart} of {b.numel()} apart from FLATX=0 (at most {steps:.2f} bf16 steps "
           "of the output's scale), "
           f"routing_equal={got['routing_equal']}, max_abs={got['hidden']['max_abs']:.4g} "
           f"cos={got['hidden']['cosine']:.7f}")

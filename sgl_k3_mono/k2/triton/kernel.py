@@ -39,8 +39,8 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.frame import (FRONT_ROUTER, FRONT_SHARED, LAUNCH_ID, TRACE_EXIT, TRACE_SLOTS, barrier,
                                          enter, publish, wait_peers)
-from sgl_k3_mono.k2.triton.matmul import (dot_bf16, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step, gemv_mxfp4,
-                                          mx_up)
+from sgl_k3_mono.k2.triton.matmul import (dot_bf16, dot_bf16_step, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step,
+                                          gemv_mxfp4, mx_up)
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store,
                                          group_sum, h_mask, h_tile, l2_expert_rows, latent_up_store, route_one,
@@ -323,29 +323,38 @@ def k2_kernel(
             up_stop = tl.where(spare & (pid < n_up), n_up, up_stop)
             up_step = tl.where(spare & (pid >= n_up), nprog - n_up, nprog)
         item0 = pid
-        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 GEMV experts)
+        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 experts)
             NKX: tl.constexpr = (L + BKX - 1) // BKX
             n_mine = tl.where(pid < n_up, (n_up - pid + up_step - 1) // up_step, 0)
-            pg = tl.zeros((XR, BI, BKX), tl.float32)
-            pu = tl.zeros((XR, BI, BKX), tl.float32)
+            # gate and up: GEMV products [rows, BI, K chunk] summed at the item's end, or tensor-core sums
+            pg = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
+            pu = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
             for it in tl.range(0, n_mine * NKX, num_stages=STAGES):
                 item = pid + (it // NKX) * up_step
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
                 e = nth_expert(ids, first, number, n).to(tl.int64)
-                n3 = (i0 + tl.arange(0, BI))[None, :, None]
                 k0 = (it % NKX) * BKX
-                pg = gemv_bf16_step(pg, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None], w13_ptr + e * s13_e,
-                                    s13_n, n3, I, k0, L, BKX)
-                pu = gemv_bf16_step(pu, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
-                                    w13_ptr + e * s13_e + I_UP * s13_n, s13_n, n3, I, k0, L, BKX)
-                if it % NKX == NKX - 1:  # (zeros + the sum: dot_bf16's accumulate, so the same bits)
-                    g = tl.zeros((XR, BI), tl.float32) + tl.sum(pg, axis=2)
-                    u = tl.zeros((XR, BI), tl.float32) + tl.sum(pu, axis=2)
+                if EXPERT_GEMV:
+                    n3 = (i0 + tl.arange(0, BI))[None, :, None]
+                    pg = gemv_bf16_step(pg, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
+                                        w13_ptr + e * s13_e, s13_n, n3, I, k0, L, BKX)
+                    pu = gemv_bf16_step(pu, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
+                                        w13_ptr + e * s13_e + I_UP * s13_n, s13_n, n3, I, k0, L, BKX)
+                else:
+                    pg = dot_bf16_step(pg, xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, k0, L, XR, BI, BKX)
+                    pu = dot_bf16_step(pu, xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, k0, L,
+                                       XR, BI, BKX)
+                if it % NKX == NKX - 1:
+                    if EXPERT_GEMV:  # (zeros + the sum: dot_bf16's accumulate, so the same bits)
+                        g = tl.zeros((XR, BI), tl.float32) + tl.sum(pg, axis=2)
+                        u = tl.zeros((XR, BI), tl.float32) + tl.sum(pu, axis=2)
+                    else:
+                        g, u = pg, pu
                     act = situ(g, u, BETA, LBETA).to(tl.bfloat16)
                     tl.store(act_ptr + (n * XR + rx[:, None]) * I + (i0 + tl.arange(0, BI))[None, :], act)
-                    pg = tl.zeros((XR, BI, BKX), tl.float32)
-                    pu = tl.zeros((XR, BI, BKX), tl.float32)
+                    pg = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
+                    pu = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
             item0 = pid + n_mine * up_step  # the shared down's tiles (SDU) after them, as without FLATX
         for item in range(item0, up_stop, up_step):
             if item < n_up:
@@ -441,43 +450,52 @@ def k2_kernel(
             d_first, d_stop, d_step = pid, n_down, nprog
         if XET == 2:  # the program's next item's expert, loaded while this item runs
             e_next = table_expert(etab_ptr, tl.minimum(d_first, n_routed - 1) // (L // BL))
-        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 GEMV experts)
+        if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 experts)
             NKD: tl.constexpr = (I + BKD - 1) // BKD
             d_end = tl.minimum(d_stop, n_routed)
             n_mine = tl.where(d_first < d_end, (d_end - d_first + d_step - 1) // d_step, 0)
-            py = tl.zeros((XR, BL, BKD), tl.float32)
+            py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
             for it in tl.range(0, n_mine * NKD, num_stages=STAGES):
                 item = d_first + (it // NKD) * d_step
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
                 e = nth_expert(ids, first, number, n)
-                py = gemv_bf16_step(py, act_ptr + n * XR * I, I, rx[:, None, None], (rx < M)[:, None, None],
-                                    w2_ptr + e.to(tl.int64) * s2_e, s2_n, (l0 + tl.arange(0, BL))[None, :, None], L,
-                                    (it % NKD) * BKD, I, BKD)
+                if EXPERT_GEMV:
+                    py = gemv_bf16_step(py, act_ptr + n * XR * I, I, rx[:, None, None], (rx < M)[:, None, None],
+                                        w2_ptr + e.to(tl.int64) * s2_e, s2_n, (l0 + tl.arange(0, BL))[None, :, None],
+                                        L, (it % NKD) * BKD, I, BKD)
+                else:
+                    py = dot_bf16_step(py, act_ptr + n * XR * I, I, M, w2_ptr + e.to(tl.int64) * s2_e, s2_n, l0, L,
+                                       (it % NKD) * BKD, I, XR, BL, BKD)
                 if it % NKD == NKD - 1:
-                    y = tl.zeros((XR, BL), tl.float32) + tl.sum(py, axis=2)
+                    y = tl.zeros((XR, BL), tl.float32) + tl.sum(py, axis=2) if EXPERT_GEMV else py
                     match = (ids_x == e) & keep_x
                     slot = tl.sum(tl.where(match, kc[None, :], 0), axis=1)
                     has = tl.max(match.to(tl.int32), axis=1) > 0
                     tl.store(y_ptr + (rx * TOPK + slot)[:, None] * L + (l0 + tl.arange(0, BL))[None, :],
                              y.to(tl.bfloat16), mask=has[:, None])
-                    py = tl.zeros((XR, BL, BKD), tl.float32)
-            d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX
-            if DENSE_GEMV:  # ... their K steps one loop too (each a 2-step K loop at a TP-8 rank, 3-4 a program)
-                NKS: tl.constexpr = (S2 // 2 + BK - 1) // BK
-                n_mine = tl.where(d_first < d_stop, (d_stop - d_first + d_step - 1) // d_step, 0)
-                ps = tl.zeros((BM, BN, BK), tl.float32)
-                for it in tl.range(0, n_mine * NKS, num_stages=STAGES):
-                    n0 = (d_first + (it // NKS) * d_step - n_routed + SDUT) * BN
+                    py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
+            d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX,
+            # their K steps one loop too (a TP-8 rank's: 2-step K loops at 1 row, 6-step from 2; 3-4 a program)
+            SK: tl.constexpr = BK if DENSE_GEMV else BKD
+            NKS: tl.constexpr = (S2 // 2 + SK - 1) // SK
+            n_mine = tl.where(d_first < d_stop, (d_stop - d_first + d_step - 1) // d_step, 0)
+            ps = tl.zeros((BM, BN, SK) if DENSE_GEMV else (BM, BN), tl.float32)
+            for it in tl.range(0, n_mine * NKS, num_stages=STAGES):
+                n0 = (d_first + (it // NKS) * d_step - n_routed + SDUT) * BN
+                if DENSE_GEMV:
                     ps = gemv_bf16_step(ps, sact_ptr, S2 // 2, rm[:, None, None], (rm < M)[:, None, None], wsd_ptr,
-                                        s_wsd, (n0 + tl.arange(0, BN))[None, :, None], H, (it % NKS) * BK, S2 // 2,
-                                        BK)
-                    if it % NKS == NKS - 1:
-                        acc = tl.zeros((BM, BN), tl.float32) + tl.sum(ps, axis=2)
-                        tl.store(part2_ptr + rm[:, None] * (L + H) + L + (n0 + tl.arange(0, BN))[None, :],
-                                 acc.to(tl.bfloat16), mask=rm[:, None] < M)
-                        ps = tl.zeros((BM, BN, BK), tl.float32)
-                d_first = d_stop
+                                        s_wsd, (n0 + tl.arange(0, BN))[None, :, None], H, (it % NKS) * SK, S2 // 2,
+                                        SK)
+                else:
+                    ps = dot_bf16_step(ps, sact_ptr, S2 // 2, M, wsd_ptr, s_wsd, n0, H, (it % NKS) * SK, S2 // 2,
+                                       BM, BN, SK)
+                if it % NKS == NKS - 1:
+                    acc = tl.zeros((BM, BN), tl.float32) + tl.sum(ps, axis=2) if DENSE_GEMV else ps
+                    tl.store(part2_ptr + rm[:, None] * (L + H) + L + (n0 + tl.arange(0, BN))[None, :],
+                             acc.to(tl.bfloat16), mask=rm[:, None] < M)
+                    ps = tl.zeros((BM, BN, SK) if DENSE_GEMV else (BM, BN), tl.float32)
+            d_first = d_stop
         for item in range(d_first, d_stop, d_step):
             if item < n_routed:
                 n = item // (L // BL)

@@ -47,14 +47,23 @@ def dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
         rows = tl.arange(0, BM)
         acc += gemv_bf16(x_ptr, sxm, rows, rows < M, w_ptr, swn, n0, N, K, BM, BN, BK, STAGES)
     else:
-        rm = tl.arange(0, BM)
-        rn = n0 + tl.arange(0, BN)
         for k0 in tl.range(0, K, BK, num_stages=STAGES):
-            rk = k0 + tl.arange(0, BK)
-            x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-            w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
-            acc = tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
+            acc = dot_bf16_step(acc, x_ptr, sxm, M, w_ptr, swn, n0, N, k0, K, BM, BN, BK)
     return acc
+
+
+@triton.jit
+def dot_bf16_step(acc, x_ptr, sxm, M, w_ptr, swn, n0, N, k0, K,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """One K step of dot_bf16 on the tensor cores: acc [BM, BN] + x[:M, k0:k0+BK] @
+    W[n0:n0+BN, k0:k0+BK]^T. Also the step of a loop over a program's (item, K step) pairs
+    (kernel.py's FLATX), so an item's bits are dot_bf16's."""
+    rm = tl.arange(0, BM)
+    rn = n0 + tl.arange(0, BN)
+    rk = k0 + tl.arange(0, BK)
+    x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+    w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
+    return tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
 
 
 @triton.jit
