@@ -24,6 +24,9 @@ the first (row, slot) that names it (an atomic min, so the owner does not depend
 timing); the expert phases number the owned pairs in (row, slot) order and spread
 (distinct expert x tile) items over the grid, so the work is balanced whatever the
 overlap between rows. Rows are padded to 16 for tl.dot; padded rows are masked.
+Where a program owns several short K loops (the GEMV dense phases at 1 row: FLATD; the bf16
+experts' items: FLATX), its tiles or items and their K steps are one software-pipelined loop,
+so the cp.async pipeline does not drain and refill between them.
 TP > 1: both reduces pull. Each rank writes its partials into its own symmetric buffer,
 in the slot of this launch's epoch parity, and publishes an epoch tag (system-scope
 release); a reader waits (bounded) for every rank's tag, then sums the ranks' partials
