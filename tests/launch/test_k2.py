@@ -357,15 +357,16 @@ def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, tiles):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows,tiles", [(1, "FLATX=1"), (1, "FLATX=1,BKX=256,STAGES=3"), (8, "FLATX=1")])
-def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(rows, tiles):
+def test_k2_gpu_flat_expert_loops_match_a_loop_an_item(rows, tiles):
     """FLATX (experts_up's and experts_down's routed items, and experts_down's shared
-    tiles, with their K steps as one pipelined loop a program; bf16 GEMV experts, 1 row)
-    forms each item's products in gemv_bf16's order, but Triton may lay the flat loop's
-    [rows, tile, K chunk] products out differently across the threads, which changes the
-    order of the final sum over K (at the 1-row default's K chunk of 512: 48 of 7168 outputs
-    apart in the 39th session; at 256 none). So: within the reference's bounds, the routing
-    equal, and FLATX 0's outputs (the same K chunks) within one bf16 step of the output's
-    scale, real TP-8 rank shapes."""
+    tiles, with their K steps as one pipelined loop a program; the bf16 default) forms each
+    item's products in a loop an item's order. On the tensor cores (8 rows) the MMAs are the
+    same, so the bits are; with GEMVs (1 row) Triton may lay the flat loop's [rows, tile, K
+    chunk] products out otherwise across the threads, which changes the order of the final
+    sum over K (at the 1-row K chunk of 512: 48 of 7168 outputs apart in the 39th session; at
+    256 none). So: within the reference's bounds, the routing equal, and FLATX 0's outputs
+    (the same K chunks) within one bf16 step of the output's scale (on the tensor cores
+    bitwise), real TP-8 rank shapes."""
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
@@ -385,6 +386,7 @@ def test_k2_gpu_flat_expert_loops_are_bitwise_the_default(rows, tiles):
           f"cos={got['hidden']['cosine']:.7f}")
     assert got["flatx"] == 1 and ref["flatx"] == 0
     assert got["finite"] and got["routing_equal"] and steps <= 1.0
+    assert rows == 1 or apart == 0, "the tensor-core flat loops are the loops an item's MMAs"
     _check(got)
 
 
