@@ -479,7 +479,7 @@ def k2_kernel(
                              y.to(tl.bfloat16), mask=has[:, None])
                     py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
             d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX,
-            # their K steps one loop too (a TP-8 rank's: 2-step K loops at 1 row, 6-step from 2; 3-4 a program)
+            # their K steps one loop too (a TP-8 rank's: 3-4 tiles a program of 2 K steps at 1 row; 0-1 of 6 from 2)
             SK: tl.constexpr = BK if DENSE_GEMV else BKD
             NKS: tl.constexpr = (S2 // 2 + SK - 1) // SK
             n_mine = tl.where(d_first < d_stop, (d_stop - d_first + d_step - 1) // d_step, 0)
