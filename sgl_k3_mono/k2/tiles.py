@@ -75,8 +75,8 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         # bf16 experts: the mma branch's 1-row dense choices too (FLATD, o_proj's own tile; 37th),
         # four stages for FLATX's loops (39th)
         t.update(FLATD=1, BNO=64, BKO=128, STAGES=4)
-    if not mma and not mxfp4:  # bf16 experts: their items one pipelined loop a program (FLATX: 39th)
-        t.update(FLATX=int(not t.get("XU")))
+    if not mma and not mxfp4:  # bf16 experts: their items one pipelined loop a program (FLATX: 39th; XU: off)
+        t.update(FLATX=1)
     return t
 
 
@@ -228,8 +228,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("FLATD", 0) not in (0, 1):  # the dense GEMV phases' K loops: one a tile, or one over the program's tiles
         raise ValueError(f"K2 tiles: FLATD={b['FLATD']}; the dense GEMV loops run a tile at a time (0) or over a "
                          "program's tiles at once (1)")
-    if b.get("FLATX", 0) not in (0, 1):  # the bf16 GEMV experts' K loops: one an item, or one over the program's items
-        raise ValueError(f"K2 tiles: FLATX={b['FLATX']}; the expert GEMV loops run an item at a time (0) or over a "
+    if b.get("FLATX", 0) not in (0, 1):  # the bf16 experts' K loops: one an item, or one over the program's items
+        raise ValueError(f"K2 tiles: FLATX={b['FLATX']}; the bf16 expert loops run an item at a time (0) or over a "
                          "program's items at once (1)")
     if b.get("BNO", 0) not in (0, 16, 32, 64, 128) or b.get("BKO", 0) not in (0, 64, 128, 256, 512):
         raise ValueError(f"K2 tiles: BNO={b.get('BNO', 0)}, BKO={b.get('BKO', 0)}; o_proj's own tile takes 16..128 "
