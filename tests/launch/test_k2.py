@@ -416,12 +416,12 @@ def test_k2_gpu_ring_is_bitwise_the_register_loop(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt,rows,tiles", [("mxfp4", 8, ""), ("mxfp4", 8, "FR=0"), ("bf16", 1, "")])
+@pytest.mark.parametrize("fmt,rows,tiles", [("mxfp4", 8, ""), ("mxfp4", 8, "FR=0"), ("bf16", 1, ""), ("bf16", 8, "")])
 def test_k2_gpu_graph_replay_is_bitwise_stable(fmt, rows, tiles):
     """1000 replays of a captured launch agree bitwise; with new inputs copied into the
     captured buffers, a replay equals an eager run on those inputs (the default, FR: its
-    tile counts start from 0 in every replay; FR 0; and bf16 at 1 row, FLATX: its loops'
-    lengths follow each step's routing)."""
+    tile counts start from 0 in every replay; FR 0; and bf16 at 1 and 8 rows, FLATX on
+    GEMVs and on the tensor cores: its loops' lengths follow each step's routing)."""
     import torch
 
     from k2_cases import case_dims, make_inputs, to_device
