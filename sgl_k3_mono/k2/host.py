@@ -457,7 +457,7 @@ class K2Launch:
             raise ValueError(f"K2Launch: LSQ {b['LSQ']} is not 0 (latent_up sums the squares itself) or 1 (the "
                              "latent's tiles leave their shares)")
         b["LSQ"] = int(b.get("LSQ", 0)) if not self.hip else 0  # measured on sm_90 only
-        b["FLATD"] = int(b.get("FLATD", 0)) if b["DENSE_GEMV"] and not self.hip else 0  # GEMV loops, sm_90
+        b["FLATD"] = int(b.get("FLATD", 0)) if not self.hip else 0  # GEMV or tensor-core loops, sm_90
         b["FLATX"] = int(b.get("FLATX", 0)) if not (b.get("XU") or pl.mxfp4 or self.hip) else 0  # bf16, sm_90
         b["FRH"] = front_helpers(experts=pl.experts, shared2=pl.shared2, latent=pl.latent, bnr=b["BNR"],
                                  bnf=b["BNF"], grid=pl.grid, helpers=m + m * situ_chunks(pl.shared2)) \

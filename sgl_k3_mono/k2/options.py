@@ -50,10 +50,12 @@ _OPTIONS = (
     TileOption("BKO", "o_proj's own K step (64..512; 0: the dense phases' BK)."),
     TileOption("BKN", "K chunk of latent_up's two RMSNorm passes over the reduced latent (unset: "
                "tiles.norm_chunk's)."),
-    TileOption("FLATD", "1 (sm_90, GEMV dense phases): the front's (with FR) and latent_up's tiles a program owns "
-               "and their K steps as one pipelined loop, so a tile's last steps overlap the next tile's first loads "
-               "instead of the pipeline draining and refilling at every tile (the same products in the same order: "
-               "the same bits; the 1-row mma default since the 34th session); 0: a K loop a tile."),
+    TileOption("FLATD", "1 (sm_90): the front's (with FR) and latent_up's tiles a program owns and their K steps "
+               "as one pipelined loop, so a tile's last steps overlap the next tile's first loads instead of the "
+               "pipeline draining and refilling at every tile (the same products in the same order: the same bits); "
+               "GEMV steps with DENSE_GEMV (the 1-row default since the 34th session), tensor-core ones without (an "
+               "option from 2 rows, 40th; the front's router / shared tiles then take BNF's width); 0: a K loop a "
+               "tile."),
     TileOption("PF", "Bytes of each front weight row asked of L2 during the seam (bulk prefetch, sm_90 PTX "
                "only; 0: none); cut to whole 16-byte pieces a thread."),
     # -- the seam --------------------------------------------------------------------------------

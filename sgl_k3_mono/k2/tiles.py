@@ -225,8 +225,8 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("XDB", 0) not in (0, 1):  # experts_down's items: every nprog-th, or one run a program
         raise ValueError(f"K2 tiles: XDB={b['XDB']}; experts_down's items are dealt 0 (round the grid) or 1 "
                          "(one run a program)")
-    if b.get("FLATD", 0) not in (0, 1):  # the dense GEMV phases' K loops: one a tile, or one over the program's tiles
-        raise ValueError(f"K2 tiles: FLATD={b['FLATD']}; the dense GEMV loops run a tile at a time (0) or over a "
+    if b.get("FLATD", 0) not in (0, 1):  # the dense phases' K loops: one a tile, or one over the program's tiles
+        raise ValueError(f"K2 tiles: FLATD={b['FLATD']}; the dense loops run a tile at a time (0) or over a "
                          "program's tiles at once (1)")
     if b.get("FLATX", 0) not in (0, 1):  # the bf16 experts' K loops: one an item, or one over the program's items
         raise ValueError(f"K2 tiles: FLATX={b['FLATX']}; the bf16 expert loops run an item at a time (0) or over a "
@@ -266,11 +266,12 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     while b["BNF"] > 16 and any(v % b["BNF"] for v in (shared2, experts, latent)):
         b["BNF"] //= 2
     # FR's router and shared gate/up tiles: half the front's where it runs on the tensor
-    # cores (their tiles then end at about half the front's time), the GEMV's own else
-    b["BNR"] = b.get("BNR") or (b["BNF"] if b["DENSE_GEMV"] else max(b["BNF"] // 2, 16))
+    # cores a tile at a time (their tiles then end at about half the front's time), the
+    # front's own width with GEMVs or FLATD's one loop
+    b["BNR"] = b.get("BNR") or (b["BNF"] if b["DENSE_GEMV"] or b.get("FLATD") else max(b["BNF"] // 2, 16))
     while b["BNR"] > 16 and any(v % b["BNR"] for v in (shared2, experts)):
         b["BNR"] //= 2
-    if b.get("FLATD") and b["DENSE_GEMV"] and b["BNR"] != b["BNF"]:  # one loop walks the front's tiles: one width
+    if b.get("FLATD") and b["BNR"] != b["BNF"]:  # one loop walks the front's tiles: one width
         raise ValueError(f"K2 tiles: FLATD=1 walks the front's tiles in one loop, so its router / shared tiles "
                          f"(BNR={b['BNR']}) must be as wide as its latent ones (BNF={b['BNF']})")
     if not b.get("MMA"):

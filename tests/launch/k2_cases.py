@@ -208,6 +208,7 @@ def _run_tp(case: Case, w: K2Weights, d: K3Dims, attn, bank, prefix, nb: int, gr
     res["violations"] += violations("k2.router_scores", res["router_scores"])
     res["finite"] = all(bool(torch.isfinite(o.float()).all()) for o in outs)
     res["mma"] = bool(launches[0].tiles_used.get("MMA", 0))
+    res["flatd"] = int(launches[0].tiles_used.get("FLATD", 0))
     res["flatx"] = int(launches[0].tiles_used.get("FLATX", 0))
     if keep_out:
         res["out"] = outs[0].float().cpu()

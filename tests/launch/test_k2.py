@@ -121,15 +121,19 @@ def test_k2_triton_interpreted_persistent_on_one_program():
 # FLATD at 1 row (GEMV dense phases), K steps of 128 so a tile is several steps: the front's
 # loop (FR: its router and shared tiles counted for the helpers) and latent_up's
 FLATD_CASES = [Case("k3-tiny", 1, "mxfp4", "sm_90", nvb=1, seed=63, tiles="FLATD=1,BK=128"),
-               Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=64, tiles="FLATD=1,BK=128")]
+               Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=64, tiles="FLATD=1,BK=128"),
+               # ... and on the tensor cores (an option from 2 rows; the router / shared tiles as
+               # wide as the latent ones on both sides), at TP 1 and 2
+               Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=84, tiles="FLATD=1,BK=64,BNF=32,BNR=32"),
+               Case("k3-tiny", 5, "mxfp4", "sm_90", nvb=1, tp=2, seed=85, tiles="FLATD=1,BK=64,BNF=16,BNR=16")]
 
 
 @pytest.mark.parametrize("persistent", [False, True])
 def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persistent):
-    """FLATD's loops form a tile's products in gemv_bf16's order: its output within the
-    bounds and bitwise the per-tile loops' (BK 128 both), phase by phase and as the
-    persistent launch (one program: every tile of each phase in one loop)."""
-    results = _interpreted(FLATD_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "BK=128,FLATD=0")
+    """FLATD's loops form a tile's products in gemv_bf16's or dot_bf16's order: its output
+    within the bounds and bitwise the per-tile loops' (the same K steps), phase by phase
+    and as the persistent launch (one program: every tile of each phase in one loop)."""
+    results = _interpreted(FLATD_CASES, *(["--persistent"] if persistent else []), "--bitwise-vs", "off=FLATD")
     assert all(r["flatd"] == 1 and r["apart_from"]["apart"] == 0 for r in results), results
 
 
@@ -335,26 +339,27 @@ def test_k2_gpu_seam_run_twice_is_bitwise_the_default(rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fmt,tiles", [("mxfp4", "FLATD=1"), ("mxfp4", "FLATD=1,FR=0"), ("bf16", "FLATD=1")])
-def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, tiles):
-    """FLATD (the front's and latent_up's GEMV tiles and K steps as one pipelined loop a
-    program, at 1 row; the default there since the thirty-fourth session, for bf16 experts
-    since the thirty-seventh) forms the same products in the same order: bitwise a K loop a
-    tile (FLATD 0), real TP-8 rank shapes, MXFP4 and bf16 experts (with FR the front's loop
-    counts its router and shared tiles for the routing helpers; without, only latent_up's
-    loop changes)."""
+@pytest.mark.parametrize("fmt,rows,tiles", [("mxfp4", 1, "FLATD=1"), ("mxfp4", 1, "FLATD=1,FR=0"), ("bf16", 1, "FLATD=1"),
+                                            # on the tensor cores (an option from 2 rows; 40th session)
+                                            ("mxfp4", 2, "FLATD=1,BNR=64"), ("bf16", 8, "FLATD=1,BNR=64")])
+def test_k2_gpu_flat_dense_loops_are_bitwise_the_default(fmt, rows, tiles):
+    """FLATD (the front's and latent_up's tiles and K steps as one pipelined loop a program:
+    GEMVs at 1 row, the default there since the thirty-fourth session, for bf16 experts
+    since the thirty-seventh; tensor cores from 2 rows, an option) forms the same products
+    in the same order: bitwise a K loop a tile (FLATD 0, the same tile widths), real TP-8
+    rank shapes, MXFP4 and bf16 experts (with FR the front's loop counts its router and
+    shared tiles for the routing helpers; without, only latent_up's loop changes)."""
     import torch
     from k2_cases import case_dims, run_case
 
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
-    base = Case("kimi-k3-tp8-rank", 1, fmt, "sm_90", nvb=3, seed=43,
-                tiles="FLATD=0,FR=0" if "FR=0" in tiles else "FLATD=0")
+    base = Case("kimi-k3-tp8-rank", rows, fmt, "sm_90", nvb=3, seed=43, tiles=tiles.replace("FLATD=1", "FLATD=0"))
     w = random_k2_weights(case_dims(base), fmt=fmt, device="cuda", seed=base.seed)
     ref = run_case(base, "cuda", phase=None, weights=w, keep_out=True)
     got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, keep_out=True)
     apart = int((got["out"] != ref["out"]).sum())
-    print(f"\nK2FLATD {fmt} {tiles}: {apart} of {ref['out'].numel()} apart from FLATD=0, "
+    print(f"\nK2FLATD {fmt} M={rows} {tiles}: {apart} of {ref['out'].numel()} apart from FLATD=0, "
           f"routing_equal={got['routing_equal']}")
     assert got["flatd"] == 1 and ref["flatd"] == 0
     assert got["finite"] and got["routing_equal"] and torch.equal(got["out"], ref["out"])

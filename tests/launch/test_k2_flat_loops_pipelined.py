@@ -5,7 +5,7 @@ TP-8 rank's shapes, compiled for sm_90 on the CPU (compile_check's stub driver, 
 process of its own): in the pipelined TTGIR, the loads of every flat loop are async copies
 into shared memory (MXFP4, FLATD: the front's, with its routing count, and latent_up's;
 bf16 with FLATX too: experts_up's gate and up, experts_down's routed items and shared tiles;
-FLATX's on the tensor cores at 8 rows)."""
+FLATX's and FLATD's on the tensor cores, from 2 rows)."""
 
 import json
 import os
@@ -61,7 +61,10 @@ print(json.dumps({"flatd": meta["FLATD"], "flatx": meta["FLATX"], "async": sorte
 
 @pytest.mark.parametrize("fmt,rows,block,sites", [("mxfp4", 1, {"FLATD": 1}, 2),
                                                   ("bf16", 1, {"FLATD": 1, "FLATX": 1}, 6),
-                                                  ("bf16", 8, {"FLATX": 1}, 4)])
+                                                  ("bf16", 8, {"FLATX": 1}, 4),
+                                                  # FLATD on the tensor cores (an option from 2 rows)
+                                                  ("mxfp4", 2, {"FLATD": 1}, 2),
+                                                  ("bf16", 8, {"FLATD": 1, "FLATX": 1}, 6)])
 def test_flat_loops_are_pipelined(fmt, rows, block, sites):
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-c", WORKER, fmt, json.dumps(block), str(rows)], env=env,

@@ -12,8 +12,8 @@
 #   STD_CONFIG=FILE ROWS=1,8 bash tools/device/bench.sh step-std  # the bf16 step against the standard step with
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
-#   bash tools/device/bench.sh dense2    # bf16 at 2 and 4 rows: GEMV dense phases (FLATD) with tensor-core experts,
-#                                        # traced, then that block's real-shape case (~5 min)
+#   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
+#                                        # FLATD's loops, traced, then their GPU tests (~7 min)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -160,13 +160,16 @@ case "${1:-}" in
     wait
     ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/k2-rest.out" "$OUT/forward-gpu.out" ;;
-  dense2)  # bf16 from 2 rows: the 1-row dense choices (GEMV dense phases as FLATD's loops, o_proj's own 64-row
-           # tile) beside the tensor-core experts, against the default, traced; then that block's real-shape
-           # case (40th session: dense phases from 2 rows ran 34.6-35.8 us front / 24.8-27.9 latent_up on tensor
-           # cores, 32.3 / 19.1 at 1 row as FLATD; not yet run; four blocks: five warm processes OOM an H100)
-    K2_EXTRA=--trace k2_sweep k2-dense2 200 bf16 2,4 "" DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128 \
-      DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128,STAGES=4 BNO=64,BKO=128
-    t k2-dense2-real 240 tests/launch/test_k2.py -k "gpu_real and bf16 and FLATD" ;;
+  dense2)  # from 2 rows, the dense phases' tiles a program in one pipelined loop (40th session; not yet run):
+           # FLATD on the tensor cores (FLATD=1, o_proj's own tile or not), and the 1-row dense choices (GEMV
+           # dense phases as FLATD's loops, o_proj's own 64-row tile) beside the tensor-core experts, against the
+           # default, traced (the front 34.6-35.8 / latent_up 24.8-27.9 us on tensor cores a tile at a time from 2
+           # rows, 32.3 / 19.1 at 1 row as FLATD's GEMVs); then their GPU tests: FLATD bitwise FLATD 0 (tensor
+           # cores at 2 rows MXFP4 and 8 rows bf16; GEMVs at 1) and the GEMV block's real-shape case at 2 rows.
+           # (four blocks: five warm processes ran an H100 out of memory)
+    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 FLATD=1,BNO=64,BKO=128 \
+      DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
+    t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's

@@ -24,9 +24,10 @@ the first (row, slot) that names it (an atomic min, so the owner does not depend
 timing); the expert phases number the owned pairs in (row, slot) order and spread
 (distinct expert x tile) items over the grid, so the work is balanced whatever the
 overlap between rows. Rows are padded to 16 for tl.dot; padded rows are masked.
-Where a program owns several short K loops (the GEMV dense phases at 1 row: FLATD; the bf16
-experts' items: FLATX), its tiles or items and their K steps are one software-pipelined loop,
-so the cp.async pipeline does not drain and refill between them.
+Where a program owns several short K loops (the front's and latent_up's tiles: FLATD, GEMVs at
+1 row and an option on the tensor cores; the bf16 experts' items: FLATX), its tiles or items
+and their K steps are one software-pipelined loop, so the cp.async pipeline does not drain
+and refill between them.
 TP > 1: both reduces pull. Each rank writes its partials into its own symmetric buffer,
 in the slot of this launch's epoch parity, and publishes an epoch tag (system-scope
 release); a reader waits (bounded) for every rank's tag, then sums the ranks' partials
@@ -225,10 +226,11 @@ def k2_kernel(
             # stored: the grid routes while the latent down streams, with no barrier of its own
             NRT: tl.constexpr = E // BNR
             NST: tl.constexpr = S2 // BNR
-            if FLATD:  # the program's tiles and their K steps as one pipelined loop (BNR = BNF: GEMV tiles)
+            if FLATD:  # the program's tiles and their K steps as one pipelined loop (BNR = BNF: one tile width)
                 tl.static_assert(BNR == BNF)
                 NKF: tl.constexpr = (H + BK - 1) // BK
-                part = tl.zeros((BM, BNF, BK), tl.float32)
+                # GEMV products [rows, BNF, K chunk] summed at the tile's end, or tensor-core sums
+                part = tl.zeros((BM, BNF, BK) if DENSE_GEMV else (BM, BNF), tl.float32)
                 for it in tl.range(0, tiles_of(pid, nprog, NRT + NST + L // BNF) * NKF, num_stages=STAGES):
                     tile = pid + (it // NKF) * nprog
                     router = tile < NRT
@@ -237,11 +239,15 @@ def k2_kernel(
                     w_ptr = tl.where(router, wr_ptr, tl.where(shared, wgu_ptr, wdn_ptr))  # the tile's segment
                     s_w = tl.where(router, s_wr, tl.where(shared, s_wgu, s_wdn))
                     n_seg = tl.where(router, E, tl.where(shared, S2, L))
-                    n3 = (n0 + tl.arange(0, BNF))[None, :, None]
-                    part = gemv_bf16_step(part, h2_ptr, H, rm[:, None, None], (rm < M)[:, None, None], w_ptr, s_w,
-                                          n3, n_seg, (it % NKF) * BK, H, BK)
+                    if DENSE_GEMV:
+                        n3 = (n0 + tl.arange(0, BNF))[None, :, None]
+                        part = gemv_bf16_step(part, h2_ptr, H, rm[:, None, None], (rm < M)[:, None, None], w_ptr,
+                                              s_w, n3, n_seg, (it % NKF) * BK, H, BK)
+                    else:
+                        part = dot_bf16_step(part, h2_ptr, H, M, w_ptr, s_w, n0, n_seg, (it % NKF) * BK, H, BM, BNF,
+                                             BK)
                     if it % NKF == NKF - 1:
-                        acc = tl.sum(part, axis=2)
+                        acc = tl.sum(part, axis=2) if DENSE_GEMV else part
                         if router:
                             front_store(acc, logit_ptr, n0, E, M, rm, BNF, FRONT_BF16, False)
                             count_tile(sync_ptr + FRONT_ROUTER, PTX)
@@ -250,7 +256,7 @@ def k2_kernel(
                             count_tile(sync_ptr + FRONT_SHARED, PTX)
                         else:
                             front_store(acc, xin_ptr, n0, L, M, rm, BNF, False, True)
-                        part = tl.zeros((BM, BNF, BK), tl.float32)
+                        part = tl.zeros((BM, BNF, BK) if DENSE_GEMV else (BM, BNF), tl.float32)
             else:
                 for tile in range(pid, NRT + NST + L // BNF, nprog):
                     if tile < NRT:
@@ -648,14 +654,18 @@ def k2_kernel(
             tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
         if FLATD:  # the program's tiles and their K steps as one pipelined loop (tiles.k2_tiles: FLATD)
             NKU: tl.constexpr = (L + BK - 1) // BK
-            part = tl.zeros((BM, BN, BK), tl.float32)
+            part = tl.zeros((BM, BN, BK) if DENSE_GEMV else (BM, BN), tl.float32)
             for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=STAGES):
                 n0, nend = h_tile(pid + (it // NKU) * nprog, H, BN, BNH)
-                part = gemv_bf16_step(part, xn_ptr, L, rm[:, None, None], (rm < M)[:, None, None], wup_ptr, s_wup,
-                                      (n0 + tl.arange(0, BN))[None, :, None], nend, (it % NKU) * BK, L, BK)
+                if DENSE_GEMV:
+                    part = gemv_bf16_step(part, xn_ptr, L, rm[:, None, None], (rm < M)[:, None, None], wup_ptr,
+                                          s_wup, (n0 + tl.arange(0, BN))[None, :, None], nend, (it % NKU) * BK, L, BK)
+                else:
+                    part = dot_bf16_step(part, xn_ptr, L, M, wup_ptr, s_wup, n0, nend, (it % NKU) * BK, L, BM, BN, BK)
                 if it % NKU == NKU - 1:
-                    latent_up_store(tl.sum(part, axis=2), n0, nend, red, p_ptr, out_ptr, M, rm, H, L, BN, BNH)
-                    part = tl.zeros((BM, BN, BK), tl.float32)
+                    latent_up_store(tl.sum(part, axis=2) if DENSE_GEMV else part, n0, nend, red, p_ptr, out_ptr, M,
+                                    rm, H, L, BN, BNH)
+                    part = tl.zeros((BM, BN, BK) if DENSE_GEMV else (BM, BN), tl.float32)
         else:
             for tile in range(pid, NHT, nprog):
                 n0, nend = h_tile(tile, H, BN, BNH)
