@@ -13,7 +13,7 @@
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
-#                                        # FLATD's loops, traced, then their GPU tests (~7 min)
+#                                        # FLATD's loops; 1 row: 5 stages; traced, then their GPU tests (~7 min)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -140,11 +140,16 @@ case "${1:-}" in
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
              # (a tuned file; unset: the one bf16-gate wrote on this warm machine, else SGLang's default),
-             # ROWS (1,8; 1,8 then 2,4 took 106 + 68 s on a warm H100 after bench k2 in the 38th session)
+             # ROWS (1,8; 1,8 then 2,4 took 106 + 68 s on a warm H100 after bench k2 in the 38th session),
+             # each row count in a process of its own: in one process 1 row after 8 timed our launches 53 us
+             # slower than 1 row alone, the standard step not (40th session, not understood)
     cfg=(); conf=${STD_CONFIG:-/tmp/sglang-moe-k3-tuned.json}
     [ -s "$conf" ] && cfg=(--std-config "$conf"); echo "step-std: standard MoE configs ${cfg[*]:-none (SGLang default)}"
-    ( timeout 540 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows "${ROWS:-1,8}" "${cfg[@]}" 2>&1 \
-        | tail -8 ) | tee "$OUT/step-bench-bf16.log" ;;
+    rows=${ROWS:-1,8}
+    for r in ${rows//,/ }; do
+      ( timeout 300 python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows "$r" "${cfg[@]}" 2>&1 \
+          | grep -E "^step bench|^ M |^ *[0-9]+ |Error|Traceback" )
+    done | tee "$OUT/step-bench-bf16.log" ;;
   step-mx)  # a K2 default that changes only the MXFP4 expert path (mma): the step file's real MXFP4 case, then
             # the MXFP4 step table, one after the other so the table times an idle GPU (~5 min: 216 s
             # of a call in the twenty-seventh session)
@@ -161,14 +166,15 @@ case "${1:-}" in
     ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/k2-rest.out" "$OUT/forward-gpu.out" ;;
   dense2)  # from 2 rows, the dense phases' tiles a program in one pipelined loop (40th session; not yet run):
-           # FLATD on the tensor cores (FLATD=1, o_proj's own tile or not), and the 1-row dense choices (GEMV
+           # FLATD on the tensor cores (FLATD=1), and the 1-row dense choices (GEMV
            # dense phases as FLATD's loops, o_proj's own 64-row tile) beside the tensor-core experts, against the
            # default, traced (the front 34.6-35.8 / latent_up 24.8-27.9 us on tensor cores a tile at a time from 2
            # rows, 32.3 / 19.1 at 1 row as FLATD's GEMVs); then their GPU tests: FLATD bitwise FLATD 0 (tensor
            # cores at 2 rows MXFP4 and 8 rows bf16; GEMVs at 1) and the GEMV block's real-shape case at 2 rows.
-           # (four blocks: five warm processes ran an H100 out of memory)
-    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 FLATD=1,BNO=64,BKO=128 \
-      DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
+           # At 1 row, five stages for FLATD's and FLATX's loops (four: -4 us, 39th; five fit: 208 registers,
+           # 135 KB). (Four blocks: five warm processes, ~19 GB each, ran an H100 out of memory.)
+    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 1,2,4,8 "" 2,4,8:FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128 \
+      1:STAGES=5
     t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
