@@ -34,6 +34,8 @@ CPU_CASES = [
     # bf16 from 2 rows with the 1-row dense choices (GEMV dense phases, FLATD, o_proj's own tile)
     # beside the tensor-core experts: a candidate for the 2-row default (40th session)
     Case("k3-small", 2, "bf16", "sm_90", nvb=2, seed=80, tiles="DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"),
+    # latent_up's rows shared evenly at 1 row (BNH < BN in FLATD's GEMV loop; bench.sh m1)
+    Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=86, tiles="BNH=12"),
     # GEMV experts (the default at M <= 2 only) over the rows that route them, 1 or 2 at a time
     Case("k3-tiny", 8, "mxfp4", "sm_90", nvb=2, seed=9, tiles="EXPERT_GEMV=1,XU=1"),
     Case("k3-tiny", 6, "bf16", "sm_90", nvb=1, seed=10, tiles="EXPERT_GEMV=1,XU=2,MX4D=0"),

@@ -13,7 +13,8 @@
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
-#                                        # FLATD's loops; 1 row: 5 stages; traced, then their GPU tests (~7 min)
+#                                        # FLATD's loops, traced, then their GPU tests (~6 min)
+#   bash tools/device/bench.sh m1        # bf16 at 1 row: five stages, latent_up's rows shared evenly (~3 min)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -171,11 +172,14 @@ case "${1:-}" in
            # default, traced (the front 34.6-35.8 / latent_up 24.8-27.9 us on tensor cores a tile at a time from 2
            # rows, 32.3 / 19.1 at 1 row as FLATD's GEMVs); then their GPU tests: FLATD bitwise FLATD 0 (tensor
            # cores at 2 rows MXFP4 and 8 rows bf16; GEMVs at 1) and the GEMV block's real-shape case at 2 rows.
-           # At 1 row, five stages for FLATD's and FLATX's loops (four: -4 us, 39th; five fit: 208 registers,
-           # 135 KB). (Four blocks: five warm processes, ~19 GB each, ran an H100 out of memory.)
-    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 1,2,4,8 "" 2,4,8:FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128 \
-      1:STAGES=5
+           # (At most four blocks: five warm processes, ~19 GB each, ran an H100 out of memory.)
+    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
     t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
+  m1)  # bf16 at 1 row, the default's neighbours the 39th session did not time (40th; not yet run): five stages
+       # for FLATD's and FLATX's loops (four: -4 us; five fit: 208 registers, 135 KB), and latent_up's rows
+       # shared evenly, 14 a tile in the 16-row GEMV tile (512 tiles: at most 56 rows a program against 64;
+       # before FLATD, 31st session, it lost 2.5-3.2 us in latent_up, whose tiles each restarted the pipeline)
+    K2_EXTRA=--trace k2_sweep k2-m1 150 bf16 1 "" STAGES=5 BNH=14 BNH=14,STAGES=5 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
