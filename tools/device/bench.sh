@@ -118,7 +118,7 @@ case "${1:-}" in
     for b in "" "$@"; do blocks+=" --block '$b'"; done
     ( OMP_NUM_THREADS=2 t k2-bf16-small 250 tests/launch/test_k2.py -k "gpu_small and bf16" ) \
       > /tmp/k2-bf16-small.out 2>&1 &
-    ( OMP_NUM_THREADS=2 t k2-bf16-real 250 tests/launch/test_k2.py -k "gpu and ((bf16 and (gpu_real or flat_dense)) or flat_expert)" ) \
+    ( OMP_NUM_THREADS=2 t k2-bf16-real 300 tests/launch/test_k2.py -k "gpu and ((bf16 and (gpu_real or flat_dense)) or flat_expert)" ) \
       > /tmp/k2-bf16-real.out 2>&1 &
     ( t sgmoe 180 tests/launch/test_sglang_moe.py -k gpu ) > /tmp/sgmoe.out 2>&1 &
     ( OMP_NUM_THREADS=2 t step-std 180 tests/forward/test_forward_gpu.py -k "standard_step" ) \
