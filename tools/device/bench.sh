@@ -14,7 +14,7 @@
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
 #   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
 #                                        # FLATD's loops, traced, then their GPU tests (~6 min)
-#   bash tools/device/bench.sh m1        # bf16 at 1 row: five stages, latent_up's rows shared evenly (~3 min)
+#   bash tools/device/bench.sh m1        # bf16 at 1 row: five stages, latent_up's rows shared evenly, XDB (~3 min)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -178,8 +178,10 @@ case "${1:-}" in
   m1)  # bf16 at 1 row, the default's neighbours the 39th session did not time (40th; not yet run): five stages
        # for FLATD's and FLATX's loops (four: -4 us; five fit: 208 registers, 135 KB), and latent_up's rows
        # shared evenly, 14 a tile in the 16-row GEMV tile (512 tiles: at most 56 rows a program against 64;
-       # before FLATD, 31st session, it lost 2.5-3.2 us in latent_up, whose tiles each restarted the pipeline)
-    K2_EXTRA=--trace k2_sweep k2-m1 150 bf16 1 "" STAGES=5 BNH=14 BNH=14,STAGES=5 ;;
+       # before FLATD, 31st session, it lost 2.5-3.2 us in latent_up, whose tiles each restarted the pipeline),
+       # and experts_down's items a run a program (XDB: an expert's 56 L tiles on one program share its x; lost
+       # with MXFP4, 31st session; not timed with FLATX)
+    K2_EXTRA=--trace k2_sweep k2-m1 150 bf16 1 "" STAGES=5 BNH=14 XDB=1 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
