@@ -23,6 +23,7 @@ same layer over several GPUs with the reduces).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import statistics
@@ -311,10 +312,31 @@ def _rank_weights(d, fmt: str):
         from sgl_k3_mono.k2.synthetic import random_k2_weights
 
         t = time.monotonic()
-        _WEIGHTS[fmt] = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
-        torch.cuda.empty_cache()  # (the fp32 draws, 10 GB for bf16 experts: free for the processes beside this one)
+        with _one_builder_at_a_time():
+            _WEIGHTS[fmt] = random_k2_weights(d, fmt=fmt, device="cuda", seed=1).shard(0, 1)
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # (the fp32 draws, 10 GB for bf16 experts: free for the processes beside this one)
         print(f"K2BENCH {fmt} weights built in {time.monotonic() - t:.1f} s", flush=True)
     return _WEIGHTS[fmt]
+
+
+@contextlib.contextmanager
+def _one_builder_at_a_time():
+    """With SGL_K3_MONO_WEIGHTS_LOCK (a file path; env.sh's `warm` sets it), the processes of
+    one sweep build their layers one at a time: each holds about 19 GB while it draws a bf16
+    layer and 9 GB after, and five drawing at once ran an H100 out of memory (40th session)."""
+    path = os.environ.get("SGL_K3_MONO_WEIGHTS_LOCK")
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _warm(d, rows_list, fmts, block, grid: int, trace: bool) -> list[dict]:

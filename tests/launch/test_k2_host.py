@@ -637,3 +637,31 @@ def test_launch_args_resolve_the_k_split_option_before_fitting_tiles(monkeypatch
     meta = launch.launch_args(rw, *inputs)[1]
     assert meta["KSX"] == launch.tiles_used["KSX"] == (1 if hip else 2)
     assert meta["MMA"] is (not hip)
+
+
+def test_bench_warm_processes_draw_their_layers_one_at_a_time(tmp_path, monkeypatch):
+    """`bench k2`'s random layer is drawn under SGL_K3_MONO_WEIGHTS_LOCK (env.sh's `warm`
+    sets it: five processes drawing at once ran an H100 out of memory): held while drawing,
+    free after, and no lock without the variable."""
+    import fcntl
+
+    from sgl_k3_mono.k2.bench import _one_builder_at_a_time
+
+    lock = tmp_path / "weights.lock"
+
+    def held() -> bool:
+        with open(lock, "a") as f:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f, fcntl.LOCK_UN)
+            return False
+
+    monkeypatch.delenv("SGL_K3_MONO_WEIGHTS_LOCK", raising=False)
+    with _one_builder_at_a_time():
+        assert not lock.exists()
+    monkeypatch.setenv("SGL_K3_MONO_WEIGHTS_LOCK", str(lock))
+    with _one_builder_at_a_time():
+        assert held()
+    assert not held()

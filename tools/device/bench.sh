@@ -172,7 +172,8 @@ case "${1:-}" in
            # default, traced (the front 34.6-35.8 / latent_up 24.8-27.9 us on tensor cores a tile at a time from 2
            # rows, 32.3 / 19.1 at 1 row as FLATD's GEMVs); then their GPU tests: FLATD bitwise FLATD 0 (tensor
            # cores at 2 rows MXFP4 and 8 rows bf16; GEMVs at 1) and the GEMV block's real-shape case at 2 rows.
-           # (At most four blocks: five warm processes, ~19 GB each, ran an H100 out of memory.)
+           # (Four blocks: five warm processes drawing their layers at once, ~19 GB each, ran an H100 out of
+           # memory; env.sh's warm now has them draw one at a time, ~9 GB each after: not yet run on a GPU.)
     K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
     t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
   m1)  # bf16 at 1 row, the default's neighbours the 39th session did not time (40th; not yet run): five stages

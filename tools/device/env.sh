@@ -29,10 +29,12 @@ t() {
 # warm LOG CMD...: every CMD (a string; compile-only runs: bench k1/k2 --warm-only) at once
 # in the background, so a sweep's variants compile on the host's cores in parallel and the
 # timed run after it finds them in Triton's cache (16 cores: ~1/16 of the compile time).
+# (Each process draws its random layer under one lock, SGL_K3_MONO_WEIGHTS_LOCK: five drawing at
+# once, 19 GB each, ran an H100 out of memory; built, a bf16 layer holds about 9 GB.)
 warm() {
   local log=$1; shift
   local pids=() c
-  for c in "$@"; do ( eval "$c" ) >> "$log" 2>&1 & pids+=($!); done
+  for c in "$@"; do ( SGL_K3_MONO_WEIGHTS_LOCK=/tmp/k2-weights.lock eval "$c" ) >> "$log" 2>&1 & pids+=($!); done
   wait "${pids[@]}"
   echo "== warm: $# jobs, $(grep -c WARM "$log") variants compiled, $(grep -c Error "$log") errors ($(date -u +%T))"
 }
