@@ -45,16 +45,20 @@ def chain(ref, depth=0):
     return chain(m.group(1), depth + 1) if m else []
 
 steps = [f.fn.__code__.co_firstlineno for f in (matmul.gemv_bf16_step, matmul.dot_bf16_step)]
+flat = matmul.bf16_step.fn.__code__.co_firstlineno
 found = {"async": set(), "plain": set()}
 for line in ir.splitlines():
     kind = "async" if "ttg.async_copy_global_to_local" in line else "plain" if " tt.load " in line else None
     m = re.search(r"loc\((#loc\d+)\)\s*$", line)
     if kind and m:
         c = chain(m.group(1))
-        # a load of a K step called by the kernel itself (the flat loops; gemv_bf16 and dot_bf16 call them too)
-        if len(c) > 1 and c[0][0] == "matmul.py" and any(t < c[0][1] < t + 14 for t in steps) \
-                and c[1][0] == "kernel.py":
-            found[kind].add(c[1][1])  # the call site in the kernel
+        # a load of a K step that a flat loop calls, itself or through bf16_step (gemv_bf16 and
+        # dot_bf16 call the steps too: not counted)
+        if len(c) > 1 and c[0][0] == "matmul.py" and any(t < c[0][1] < t + 14 for t in steps):
+            if c[1][0] == "matmul.py" and flat < c[1][1] < flat + 14:
+                c = c[1:]
+            if c[1][0] == "kernel.py":
+                found[kind].add(c[1][1])  # the call site in the kernel
 print(json.dumps({"flatd": meta["FLATD"], "flatx": meta["FLATX"], "async": sorted(found["async"]), "plain": sorted(found["plain"])}))
 """
 

@@ -43,12 +43,12 @@ import triton.language as tl
 
 from sgl_k3_mono.k2.triton.frame import (FRONT_ROUTER, FRONT_SHARED, LAUNCH_ID, TRACE_EXIT, TRACE_SLOTS, barrier,
                                          enter, publish, wait_peers)
-from sgl_k3_mono.k2.triton.matmul import (dot_bf16, dot_bf16_step, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step,
+from sgl_k3_mono.k2.triton.matmul import (bf16_step, dot_bf16, dot_bf16_step, dot_mxfp4_scaled, gemv_bf16, gemv_bf16_step,
                                           gemv_mxfp4, mx_up)
 from sgl_k3_mono.k2.triton.mma_fp4 import mxfp4_mma_tiles
 from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, front_rows, front_store,
                                          group_sum, h_mask, h_tile, l2_expert_rows, latent_up_store, route_one,
-                                         shared_down_tile, situ, situ_chunk, tiles_of)
+                                         shared_down_tile, situ, situ_chunk, items_of, tiles_of)
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, table_expert, user_count, user_rows,
                                            write_expert_table)
 from sgl_k3_mono.k2.triton.seam import seam_rows, seam_split
@@ -239,13 +239,8 @@ def k2_kernel(
                     w_ptr = tl.where(router, wr_ptr, tl.where(shared, wgu_ptr, wdn_ptr))  # the tile's segment
                     s_w = tl.where(router, s_wr, tl.where(shared, s_wgu, s_wdn))
                     n_seg = tl.where(router, E, tl.where(shared, S2, L))
-                    if DENSE_GEMV:
-                        n3 = (n0 + tl.arange(0, BNF))[None, :, None]
-                        part = gemv_bf16_step(part, h2_ptr, H, rm[:, None, None], (rm < M)[:, None, None], w_ptr,
-                                              s_w, n3, n_seg, (it % NKF) * BK, H, BK)
-                    else:
-                        part = dot_bf16_step(part, h2_ptr, H, M, w_ptr, s_w, n0, n_seg, (it % NKF) * BK, H, BM, BNF,
-                                             BK)
+                    part = bf16_step(part, h2_ptr, H, M, w_ptr, s_w, n0, n_seg, (it % NKF) * BK, H, BM, BNF, BK,
+                                     DENSE_GEMV)
                     if it % NKF == NKF - 1:
                         acc = tl.sum(part, axis=2) if DENSE_GEMV else part
                         if router:
@@ -334,7 +329,7 @@ def k2_kernel(
         item0 = pid
         if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 experts)
             NKX: tl.constexpr = (L + BKX - 1) // BKX
-            n_mine = tl.where(pid < n_up, (n_up - pid + up_step - 1) // up_step, 0)
+            n_mine = items_of(pid, n_up, up_step)
             # gate and up: GEMV products [rows, BI, K chunk] summed at the item's end, or tensor-core sums
             pg = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
             pu = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
@@ -344,16 +339,9 @@ def k2_kernel(
                 i0 = (item % (I // BI)) * BI
                 e = nth_expert(ids, first, number, n).to(tl.int64)
                 k0 = (it % NKX) * BKX
-                if EXPERT_GEMV:
-                    n3 = (i0 + tl.arange(0, BI))[None, :, None]
-                    pg = gemv_bf16_step(pg, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
-                                        w13_ptr + e * s13_e, s13_n, n3, I, k0, L, BKX)
-                    pu = gemv_bf16_step(pu, xin_ptr, L, rx[:, None, None], (rx < M)[:, None, None],
-                                        w13_ptr + e * s13_e + I_UP * s13_n, s13_n, n3, I, k0, L, BKX)
-                else:
-                    pg = dot_bf16_step(pg, xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, k0, L, XR, BI, BKX)
-                    pu = dot_bf16_step(pu, xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, k0, L,
-                                       XR, BI, BKX)
+                pg = bf16_step(pg, xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, i0, I, k0, L, XR, BI, BKX, EXPERT_GEMV)
+                pu = bf16_step(pu, xin_ptr, L, M, w13_ptr + e * s13_e + I_UP * s13_n, s13_n, i0, I, k0, L, XR, BI, BKX,
+                               EXPERT_GEMV)
                 if it % NKX == NKX - 1:
                     if EXPERT_GEMV:  # (zeros + the sum: dot_bf16's accumulate, so the same bits)
                         g = tl.zeros((XR, BI), tl.float32) + tl.sum(pg, axis=2)
@@ -462,20 +450,15 @@ def k2_kernel(
         if FLATX:  # the program's routed items and their K steps as one pipelined loop (bf16 experts)
             NKD: tl.constexpr = (I + BKD - 1) // BKD
             d_end = tl.minimum(d_stop, n_routed)
-            n_mine = tl.where(d_first < d_end, (d_end - d_first + d_step - 1) // d_step, 0)
+            n_mine = items_of(d_first, d_end, d_step)
             py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
             for it in tl.range(0, n_mine * NKD, num_stages=STAGES):
                 item = d_first + (it // NKD) * d_step
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
                 e = nth_expert(ids, first, number, n)
-                if EXPERT_GEMV:
-                    py = gemv_bf16_step(py, act_ptr + n * XR * I, I, rx[:, None, None], (rx < M)[:, None, None],
-                                        w2_ptr + e.to(tl.int64) * s2_e, s2_n, (l0 + tl.arange(0, BL))[None, :, None],
-                                        L, (it % NKD) * BKD, I, BKD)
-                else:
-                    py = dot_bf16_step(py, act_ptr + n * XR * I, I, M, w2_ptr + e.to(tl.int64) * s2_e, s2_n, l0, L,
-                                       (it % NKD) * BKD, I, XR, BL, BKD)
+                py = bf16_step(py, act_ptr + n * XR * I, I, M, w2_ptr + e.to(tl.int64) * s2_e, s2_n, l0, L,
+                               (it % NKD) * BKD, I, XR, BL, BKD, EXPERT_GEMV)
                 if it % NKD == NKD - 1:
                     y = tl.zeros((XR, BL), tl.float32) + tl.sum(py, axis=2) if EXPERT_GEMV else py
                     match = (ids_x == e) & keep_x
@@ -488,10 +471,12 @@ def k2_kernel(
             # their K steps one loop too (a TP-8 rank's: 3-4 tiles a program of 2 K steps at 1 row; 0-1 of 6 from 2)
             SK: tl.constexpr = BK if DENSE_GEMV else BKD
             NKS: tl.constexpr = (S2 // 2 + SK - 1) // SK
-            n_mine = tl.where(d_first < d_stop, (d_stop - d_first + d_step - 1) // d_step, 0)
+            n_mine = items_of(d_first, d_stop, d_step)
             ps = tl.zeros((BM, BN, SK) if DENSE_GEMV else (BM, BN), tl.float32)
             for it in tl.range(0, n_mine * NKS, num_stages=STAGES):
                 n0 = (d_first + (it // NKS) * d_step - n_routed + SDUT) * BN
+                # (the steps written out: through bf16_step this loop compiles the 1-row build to other SASS,
+                # the same arithmetic, where the GPU runs so far are this form's)
                 if DENSE_GEMV:
                     ps = gemv_bf16_step(ps, sact_ptr, S2 // 2, rm[:, None, None], (rm < M)[:, None, None], wsd_ptr,
                                         s_wsd, (n0 + tl.arange(0, BN))[None, :, None], H, (it % NKS) * SK, S2 // 2,
@@ -657,11 +642,8 @@ def k2_kernel(
             part = tl.zeros((BM, BN, BK) if DENSE_GEMV else (BM, BN), tl.float32)
             for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=STAGES):
                 n0, nend = h_tile(pid + (it // NKU) * nprog, H, BN, BNH)
-                if DENSE_GEMV:
-                    part = gemv_bf16_step(part, xn_ptr, L, rm[:, None, None], (rm < M)[:, None, None], wup_ptr,
-                                          s_wup, (n0 + tl.arange(0, BN))[None, :, None], nend, (it % NKU) * BK, L, BK)
-                else:
-                    part = dot_bf16_step(part, xn_ptr, L, M, wup_ptr, s_wup, n0, nend, (it % NKU) * BK, L, BM, BN, BK)
+                part = bf16_step(part, xn_ptr, L, M, wup_ptr, s_wup, n0, nend, (it % NKU) * BK, L, BM, BN, BK,
+                                 DENSE_GEMV)
                 if it % NKU == NKU - 1:
                     latent_up_store(tl.sum(part, axis=2) if DENSE_GEMV else part, n0, nend, red, p_ptr, out_ptr, M,
                                     rm, H, L, BN, BNH)

@@ -13,8 +13,8 @@ import triton.language as tl
 def gemv_bf16_step(part, x_ptr, sxm, r3, v3, w_ptr, swn, n3, N, k0, K, BK: tl.constexpr):
     """One K step of gemv_bf16: part [R, BN, BK] + x[r3, k0:k0+BK] * W[n3, k0:k0+BK], fp32
     FMAs (summed over the last axis once the K walk ends); r3 / v3 [R, 1, 1] the x rows and
-    which exist, n3 [1, BN, 1] the weight rows (< N). Also the step of a loop over a
-    program's (tile, K step) pairs (kernel.py's FLATD), so a tile's bits are gemv_bf16's."""
+    which exist, n3 [1, BN, 1] the weight rows (< N). Also the step of the flat loops
+    (bf16_step), so a tile's bits are gemv_bf16's."""
     k3 = k0 + tl.arange(0, BK)[None, None, :]
     w = tl.load(w_ptr + n3 * swn + k3, mask=(n3 < N) & (k3 < K), other=0.0).to(tl.float32)
     x = tl.load(x_ptr + r3 * sxm + k3, mask=v3 & (k3 < K), other=0.0).to(tl.bfloat16)
@@ -56,14 +56,29 @@ def dot_bf16(x_ptr, sxm, M, w_ptr, swn, n0, N, K, acc,
 def dot_bf16_step(acc, x_ptr, sxm, M, w_ptr, swn, n0, N, k0, K,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """One K step of dot_bf16 on the tensor cores: acc [BM, BN] + x[:M, k0:k0+BK] @
-    W[n0:n0+BN, k0:k0+BK]^T. Also the step of a loop over a program's (item, K step) pairs
-    (kernel.py's FLATX), so an item's bits are dot_bf16's."""
+    W[n0:n0+BN, k0:k0+BK]^T. Also the step of the flat loops (bf16_step), so a tile's bits
+    are dot_bf16's."""
     rm = tl.arange(0, BM)
     rn = n0 + tl.arange(0, BN)
     rk = k0 + tl.arange(0, BK)
     x = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
     w = tl.load(w_ptr + rn[:, None] * swn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
     return tl.dot(x.to(tl.bfloat16), tl.trans(w), acc)
+
+
+@triton.jit
+def bf16_step(part, x_ptr, sxm, M, w_ptr, swn, n0, N, k0, K,
+              R: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GEMV: tl.constexpr):
+    """One K step of a flat loop's tile (kernel.py's FLATD and FLATX: a program's tiles or
+    items and their K steps as one loop) over x rows 0..R-1 (< M) and W rows n0..n0+BN-1
+    (< N): gemv_bf16_step's products [R, BN, BK] (GEMV) or dot_bf16_step's sums [R, BN], so
+    a tile's bits are gemv_bf16's or dot_bf16's."""
+    if GEMV:
+        r = tl.arange(0, R)
+        return gemv_bf16_step(part, x_ptr, sxm, r[:, None, None], (r < M)[:, None, None], w_ptr, swn,
+                              (n0 + tl.arange(0, BN))[None, :, None], N, k0, K, BK)
+    else:
+        return dot_bf16_step(part, x_ptr, sxm, M, w_ptr, swn, n0, N, k0, K, R, BN, BK)
 
 
 @triton.jit

@@ -81,6 +81,12 @@ def tiles_of(pid, nprog, ntiles):
 
 
 @triton.jit
+def items_of(first, end, step):
+    """How many items first, first + step, ... below `end` there are (a program's share)."""
+    return tl.where(first < end, (end - first + step - 1) // step, 0)
+
+
+@triton.jit
 def count_tile(counter_ptr, ASM: tl.constexpr = False):
     """This program's front tile is stored (every thread's part: the CTA barrier); one more
     on the counter, with release, for the helpers that wait on it to read the tile. ASM
