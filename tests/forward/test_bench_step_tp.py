@@ -41,19 +41,20 @@ def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
     step's SGLang fused MoE under Triton's interpreter): the header, a table row with every
     column, the standard step named, exit 0: the script's own mistakes found here rather
     than on a lent multi-GPU machine."""
-    import os
-    import subprocess
-    import sys
     from pathlib import Path
 
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(Path(__file__).with_name("bench_step_tp_smoke_worker.py")), "--tp", "2", "--fmt",
-                           "bf16", "--rows", "1", "--experts", "16"], capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "",
-                               "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+    from support.ranks import plain_ranks
+
+    # each rank its own pipe, not torchrun's shared stdout (test_k2_bench_tp.py says why)
+    ranks = plain_ranks(2, Path(__file__).with_name("bench_step_tp_smoke_worker.py"),
+                        ["--tp", "2", "--fmt", "bf16", "--rows", "1", "--experts", "16"],
+                        {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, timeout=900)
+    told = "\n".join(f"rank {r}: rc {rc}\n{o[-2000:]}\n{e[-3000:]}" for r, (rc, o, e, _) in enumerate(ranks))
+    assert all(rc == 0 for rc, *_ in ranks), told
+    lines = ranks[0][1].splitlines()
     assert any(x.startswith("step bench: 4 layers") and "TP 2" in x for x in lines), lines
-    (row,) = [x for x in lines if x.startswith(" 1 ")]
+    rows = [x for x in lines if x.startswith(" 1 ")]
+    assert len(rows) == 1, told
+    (row,) = rows
     assert len(row.split("experts/layer")[0].split()) == 11 and "n/a" not in row, row
     assert "standard: KDA torch KDA chain" in row and "experts SGLang fused MoE" in row, row
