@@ -43,18 +43,18 @@ def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
     than on a lent multi-GPU machine."""
     from pathlib import Path
 
-    from support.ranks import plain_ranks
+    from support.ranks import plain_ranks, told
 
     # each rank its own pipe, not torchrun's shared stdout (test_k2_bench_tp.py says why)
     ranks = plain_ranks(2, Path(__file__).with_name("bench_step_tp_smoke_worker.py"),
                         ["--tp", "2", "--fmt", "bf16", "--rows", "1", "--experts", "16"],
                         {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, timeout=900)
-    told = "\n".join(f"rank {r}: rc {rc}\n{o[-2000:]}\n{e[-3000:]}" for r, (rc, o, e, _) in enumerate(ranks))
-    assert all(rc == 0 for rc, *_ in ranks), told
+    outputs = told(ranks)
+    assert all(rc == 0 for rc, *_ in ranks), outputs
     lines = ranks[0][1].splitlines()
     assert any(x.startswith("step bench: 4 layers") and "TP 2" in x for x in lines), lines
     rows = [x for x in lines if x.startswith(" 1 ")]
-    assert len(rows) == 1, told
+    assert len(rows) == 1, outputs
     (row,) = rows
     assert len(row.split("experts/layer")[0].split()) == 11 and "n/a" not in row, row
     assert "standard: KDA torch KDA chain" in row and "experts SGLang fused MoE" in row, row

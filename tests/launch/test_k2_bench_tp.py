@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.ranks import json_records, plain_ranks
+from support.ranks import json_records, plain_ranks, told
 
 HERE = Path(__file__).resolve().parent
 
@@ -66,17 +66,17 @@ def test_the_bench_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
     # likely so; its stdout was not kept, so every failure below prints both ranks' output
     ranks = plain_ranks(2, HERE / "bench_tp_smoke_worker.py", ["--rows", "1", "--formats", "bf16,mxfp4"],
                         {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}, timeout=600)
-    told = "\n".join(f"rank {r}: rc {rc}\n{o[-2000:]}\n{e[-3000:]}" for r, (rc, o, e, _) in enumerate(ranks))
-    assert all(rc == 0 for rc, *_ in ranks), told
+    outputs = told(ranks)
+    assert all(rc == 0 for rc, *_ in ranks), outputs
     lines = ranks[0][1].splitlines()  # the table is rank 0's
     for fmt in ("bf16 ", "mxfp4"):
         rows = [x for x in lines if x.startswith(f"K2TP {fmt} TP=2 M=1 ")]
-        assert len(rows) == 1, told
+        assert len(rows) == 1, outputs
         (row,) = rows
         assert "ours=1.0us" in row and "reduce[M,H] nccl=1.0us" in row and "symm_one_shot=n/a" in row, row
         assert ("std=1.0us" in row) == (fmt == "bf16 "), row  # (no MXFP4 standard path on sm_90)
-    assert sum(x.startswith("K2TP-AR TP=2 M=1 ") for x in lines) == 1, told
-    assert not any(x.startswith("K2TP") for x in ranks[1][1].splitlines() if "not run on rank 1" not in x), told
+    assert sum(x.startswith("K2TP-AR TP=2 M=1 ") for x in lines) == 1, outputs
+    assert not any(x.startswith("K2TP") for x in ranks[1][1].splitlines() if "not run on rank 1" not in x), outputs
     lines = [x for _, o, *_ in ranks for x in o.splitlines()]
     said = [x for x in lines if "not run on rank" in x]
     assert len(said) == len(set(said)) and any("symm-mem one-shot" in x for x in said), said

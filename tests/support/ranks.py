@@ -57,6 +57,12 @@ def plain_ranks(n: int, script, args, env, timeout):
     return out
 
 
+def told(ranks) -> str:
+    """Every rank's exit code and the tail of its stdout and stderr (what `plain_ranks`
+    returned), for an assertion's message."""
+    return "\n".join(f"rank {r}: rc {rc}\n{o[-2000:]}\n{e[-3000:]}" for r, (rc, o, e, _) in enumerate(ranks))
+
+
 def json_records(stdout: str) -> list[dict]:
     """Every JSON object the ranks printed on a shared stdout. torchrun's ranks write to one
     pipe, and a rank's line can land right after another's without a line break between
