@@ -135,32 +135,40 @@ def slowest(us: Optional[float]) -> Optional[float]:
 _SAID: set = set()
 
 
-def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, graph: bool = True) -> Optional[float]:
-    """The slowest rank's time of what `make` builds, or None where it does not build or run
-    on some rank (printed with the reason by that rank; every rank then skips it)."""
+def _all_ran(name: str, err: Optional[Exception]) -> bool:
+    """Whether `name` ran on every rank. Rank 0 prints each rank's reason where it did not,
+    each reason once: the table's only writer, so no rank's line lands inside another's
+    (torchrun's ranks share one stdout)."""
     import torch.distributed as dist
 
-    def said(e: Exception) -> None:
-        why = f"K2TP {name} not run on rank {dist.get_rank()} ({type(e).__name__}: {str(e)[:300]})"
-        if why not in _SAID:  # each reason once a rank
-            _SAID.add(why)
-            print(why, flush=True)
+    why = None if err is None else f"{type(err).__name__}: {str(err)[:300]}"
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, why)
+    if dist.get_rank() == 0:
+        for r, w in enumerate(every):
+            line = f"K2TP {name} not run on rank {r} ({w})"
+            if w is not None and line not in _SAID:
+                _SAID.add(line)
+                print(line, flush=True)
+    return all(w is None for w in every)
 
+
+def _timed(name: str, make: Callable[[], Callable[[], object]], iters: int, graph: bool = True) -> Optional[float]:
+    """The slowest rank's time of what `make` builds, or None where it does not build or run
+    on some rank (the reason printed by rank 0; every rank then skips it)."""
+    err = None
     try:
         fn = make()
-        ok = True
     except Exception as e:  # a path that does not exist here (SGLang's JIT all-reduce, ...)
-        said(e)
-        ok = False
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, ok)
-    if not all(every):
+        err = e
+    if not _all_ran(name, err):
         return None
+    us = None
     try:  # (a piece that builds but cannot be captured fails alike on every rank: reported, the run goes on)
         us = lockstep_us(fn, iters, graph=graph)
     except Exception as e:
-        said(e)
-        us = None
+        err = e
+    _all_ran(name, err)
     return slowest(us)
 
 
