@@ -201,6 +201,11 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 4, "bf16", "sm_90", nvb=3, seed=67),
               # the 2-row candidate above (GEMV dense phases, FLATD, o_proj's own tile; 40th session)
               Case("kimi-k3-tp8-rank", 2, "bf16", "sm_90", nvb=2, seed=83, tiles="DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"),
+              # the 1-row candidates of bench.sh m1 (42nd session): five stages, latent_up's rows
+              # shared evenly, experts_down's items a run a program
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=90, tiles="STAGES=5"),
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=2, seed=91, tiles="BNH=14"),
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=92, tiles="XDB=1"),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),

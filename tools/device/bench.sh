@@ -125,7 +125,12 @@ case "${1:-}" in
       > /tmp/step-std.out 2>&1 &
     # (memory: 8-19 GB a process; an H100's 78 GB takes one tuner process beside the tests, an H200 two)
     n=$(python3 -c "import torch; print(2 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 1)")
-    cmds=("timeout 230 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only$blocks")
+    # (each block compiles in a process of its own, as k2_sweep's do: one process compiling six
+    # blocks one after the other would not fit its 230 s)
+    cmds=()
+    for b in "" "$@"; do
+      cmds+=("timeout 230 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only --block '$b'")
+    done
     for ((p = 0; p < n; p++)); do
       cmds+=("timeout 230 python3 tools/device/sglang_moe_tune.py 1,2,4,8 --warm-part $p/$n")
     done
@@ -137,7 +142,7 @@ case "${1:-}" in
     ( timeout 80 python3 tools/device/sglang_moe_tune.py 1,2,4,8 "$tuned" 2>&1 \
         | grep -E "SGTUNE|Error|Traceback" ) | tee "$OUT/sgmoe-tune.log"
     std=""; [ -s "$tuned" ] && std="--std-config $tuned" && cp "$tuned" /tmp/sglang-moe-k3-tuned.json  # (step-std's, next call)
-    ( eval "timeout 110 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
+    ( eval "timeout 150 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --no-phases $std$blocks" 2>&1 \
         | grep -E "K2BENCH|device|Error" ) | tee "$OUT/k2-bench-bf16.log" ;;
   step-std)  # the bf16 step table against the standard step on SGLang's fused MoE, its configs from STD_CONFIG
              # (a tuned file; unset: the one bf16-gate wrote on this warm machine, else SGLang's default),
