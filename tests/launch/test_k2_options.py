@@ -95,7 +95,8 @@ def _blocks_in_tests_and_tools():
     for line in sh.splitlines():
         words = shlex.split(line.split("#")[0]) if "k2_sweep " in line and "()" not in line else []
         if "k2_sweep" in words:
-            found += [("bench.sh", w) for w in words[words.index("k2_sweep") + 5:] if BLOCK.fullmatch(w)]
+            blocks = (re.sub(r"^[\d,]+:", "", w) for w in words[words.index("k2_sweep") + 5:])  # (ROWS:BLOCK)
+            found += [("bench.sh", b) for b in blocks if BLOCK.fullmatch(b)]
     return found
 
 

@@ -15,6 +15,8 @@
 #   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
 #                                        # FLATD's loops, traced, then their GPU tests (~6 min)
 #   bash tools/device/bench.sh m1        # bf16 at 1 row: five stages, latent_up's rows shared evenly, XDB (~3 min)
+#   STD_CONFIG=FILE bash tools/device/bench.sh cands  # m1's and dense2's blocks in one traced sweep, then their
+#                                        # real-shape tests (~8 min)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -126,7 +128,7 @@ case "${1:-}" in
     # (memory: 8-19 GB a process; an H100's 78 GB takes one tuner process beside the tests, an H200 two)
     n=$(python3 -c "import torch; print(2 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 1)")
     # (each block compiles in a process of its own, as k2_sweep's do: one process compiling six
-    # blocks one after the other would not fit its 230 s)
+    # blocks one after the other would not fit its 230 s; an H100 holds about five beside the tests)
     cmds=()
     for b in "" "$@"; do
       cmds+=("timeout 230 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only --block '$b'")
@@ -181,6 +183,14 @@ case "${1:-}" in
            # memory; env.sh's warm now has them draw one at a time, ~9 GB each after: not yet run on a GPU.)
     K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
     t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
+  cands)  # m1's and dense2's blocks in one traced sweep against the default (42nd session): the 1-row ones
+          # at 1 row, FLATD on the tensor cores at 2 / 4 / 8, the GEMV dense block at 2 / 4 (bench k2 times the
+          # standard path once a row count, for the first block; STD_CONFIG: a tuned file for std_tuned), then
+          # their GPU tests: the real-shape bf16 cases (each candidate's among them) and FLATD bitwise (~8 min)
+    cfg=""; [ -n "${STD_CONFIG:-}" ] && cfg=" --std-config $STD_CONFIG"
+    K2_EXTRA="--trace$cfg" k2_sweep k2-cands 240 bf16 1,2,4,8 "" 1:STAGES=5 1:BNH=14 1:XDB=1 2,4,8:FLATD=1 \
+      2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
+    t k2-cands-real 280 tests/launch/test_k2.py -k "(gpu_real and bf16) or gpu_flat_dense" ;;
   m1)  # bf16 at 1 row, the default's neighbours the 39th session did not time (40th; not yet run): five stages
        # for FLATD's and FLATX's loops (four: -4 us; five fit: 208 registers, 135 KB), and latent_up's rows
        # shared evenly, 14 a tile in the 16-row GEMV tile (512 tiles: at most 56 rows a program against 64;
@@ -274,6 +284,6 @@ case "${1:-}" in
     done 2>&1 | tee "$OUT/ncu-src.log"
     ( cd "$OUT" && tar czf ncu-src.tgz ncu-src[-.]* --remove-files ) ;;  # one file back (a call returns few)
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
+  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|cands|dense2|m1|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
      exit 2 ;;
 esac
