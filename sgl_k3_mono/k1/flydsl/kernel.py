@@ -75,7 +75,6 @@ def k1_fly_kernel(prefix: fx.Tensor, contrib: fx.Tensor, bank: fx.Tensor, resid:
                   WRITE_BANK: fx.Constexpr[bool], WRITE_RESID: fx.Constexpr[bool], ROUND_MIX: fx.Constexpr[bool],
                   PHASE_MASK: fx.Constexpr[int]):
     tid = fx.thread_idx.x
-    bid = fx.block_idx.x
     nblk = fx.grid_dim.x
     P = HL * D
     NPROJ = 4 * P + D + HL
