@@ -128,7 +128,8 @@ case "${1:-}" in
     # (memory: 8-19 GB a process; an H100's 78 GB takes one tuner process beside the tests, an H200 two)
     n=$(python3 -c "import torch; print(2 if torch.cuda.get_device_properties(0).total_memory > 100e9 else 1)")
     # (each block compiles in a process of its own, as k2_sweep's do: one process compiling six
-    # blocks one after the other would not fit its 230 s; an H100 holds about five beside the tests)
+    # blocks one after the other would not fit its 230 s; about 9 GB each once built: on an H100, beside
+    # the tests, give few blocks, an H200 has not yet run more than one such process)
     cmds=()
     for b in "" "$@"; do
       cmds+=("timeout 230 python3 -m sgl_k3_mono.k2.bench --rows 1,2,4,8 --formats bf16 --warm-only --block '$b'")
