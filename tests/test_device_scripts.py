@@ -9,8 +9,6 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 STUB = """#!/bin/bash
 line=$(printf '%q ' "$@")
@@ -47,7 +45,6 @@ def _blocks(cmd):
     return [cmd[i + 1] for i, w in enumerate(cmd) if w == "--block"]
 
 
-@pytest.mark.skipif(os.name != "posix", reason="bash")
 def test_cands_compiles_each_block_apart_then_times_them_in_one_process(tmp_path):
     cmds = _benches(_dry(tmp_path, "cands", STD_CONFIG="tuned.json"))
     warm = [c for c in cmds if "--warm-only" in c]
@@ -60,7 +57,6 @@ def test_cands_compiles_each_block_apart_then_times_them_in_one_process(tmp_path
         assert "--trace" in c and c[c.index("--std-config") + 1] == "tuned.json"
 
 
-@pytest.mark.skipif(os.name != "posix", reason="bash")
 def test_bf16_gate_compiles_each_block_apart(tmp_path):
     cmds = _dry(tmp_path, "bf16-gate", "1:STAGES=5", "2,4:FLATD=1")
     warm = [c for c in _benches(cmds) if "--warm-only" in c]
@@ -70,7 +66,6 @@ def test_bf16_gate_compiles_each_block_apart(tmp_path):
     assert len(timed) == 1 and _blocks(timed[0]) == ["", "1:STAGES=5", "2,4:FLATD=1"]
 
 
-@pytest.mark.skipif(os.name != "posix", reason="bash")
 def test_step_std_runs_a_process_a_row_count(tmp_path):
     cmds = [c for c in _dry(tmp_path, "step-std", ROWS="1,2,8", STD_CONFIG="none.json")
             if c[:3] == ["-m", "sgl_k3_mono.cli", "bench"]]

@@ -34,7 +34,7 @@ CPU_CASES = [
     # bf16 from 2 rows with the 1-row dense choices (GEMV dense phases, FLATD, o_proj's own tile)
     # beside the tensor-core experts: a candidate for the 2-row default (40th session)
     Case("k3-small", 2, "bf16", "sm_90", nvb=2, seed=80, tiles="DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"),
-    # latent_up's rows shared evenly at 1 row (BNH < BN in FLATD's GEMV loop; bench.sh m1)
+    # latent_up's rows shared evenly at 1 row (BNH < BN in FLATD's GEMV loop; bench.sh cands)
     Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=86, tiles="BNH=12"),
     # GEMV experts (the default at M <= 2 only) over the rows that route them, 1 or 2 at a time
     Case("k3-tiny", 8, "mxfp4", "sm_90", nvb=2, seed=9, tiles="EXPERT_GEMV=1,XU=1"),
@@ -201,7 +201,7 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 4, "bf16", "sm_90", nvb=3, seed=67),
               # the 2-row candidate above (GEMV dense phases, FLATD, o_proj's own tile; 40th session)
               Case("kimi-k3-tp8-rank", 2, "bf16", "sm_90", nvb=2, seed=83, tiles="DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"),
-              # the 1-row candidates of bench.sh m1 (42nd session): five stages, latent_up's rows
+              # the 1-row candidates of bench.sh cands (42nd session): five stages, latent_up's rows
               # shared evenly, experts_down's items a run a program
               Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=90, tiles="STAGES=5"),
               Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=2, seed=91, tiles="BNH=14"),

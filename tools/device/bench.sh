@@ -12,11 +12,8 @@
 #   STD_CONFIG=FILE ROWS=1,8 bash tools/device/bench.sh step-std  # the bf16 step against the standard step with
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
-#   bash tools/device/bench.sh dense2    # bf16 from 2 rows: FLATD on the tensor cores, and GEMV dense phases in
-#                                        # FLATD's loops, traced, then their GPU tests (~6 min)
-#   bash tools/device/bench.sh m1        # bf16 at 1 row: five stages, latent_up's rows shared evenly, XDB (~3 min)
-#   STD_CONFIG=FILE bash tools/device/bench.sh cands  # m1's and dense2's blocks in one traced sweep, then their
-#                                        # real-shape tests (~8 min)
+#   STD_CONFIG=FILE bash tools/device/bench.sh cands  # bf16's 1- and 2-row candidates in one traced sweep,
+#                                        # then their real-shape tests (~8 min; dense2 and m1 before it)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -174,31 +171,21 @@ case "${1:-}" in
     wait
     ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/k2-rest.out" "$OUT/forward-gpu.out" ;;
-  dense2)  # from 2 rows, the dense phases' tiles a program in one pipelined loop (40th session; not yet run):
-           # FLATD on the tensor cores (FLATD=1), and the 1-row dense choices (GEMV
-           # dense phases as FLATD's loops, o_proj's own 64-row tile) beside the tensor-core experts, against the
-           # default, traced (the front 34.6-35.8 / latent_up 24.8-27.9 us on tensor cores a tile at a time from 2
-           # rows, 32.3 / 19.1 at 1 row as FLATD's GEMVs); then their GPU tests: FLATD bitwise FLATD 0 (tensor
-           # cores at 2 rows MXFP4 and 8 rows bf16; GEMVs at 1) and the GEMV block's real-shape case at 2 rows.
-           # (Four blocks: five warm processes drawing their layers at once, ~19 GB each, ran an H100 out of
-           # memory; env.sh's warm now has them draw one at a time, ~9 GB each after: not yet run on a GPU.)
-    K2_EXTRA=--trace k2_sweep k2-dense2 240 bf16 2,4,8 "" FLATD=1 2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
-    t k2-dense2-tests 300 tests/launch/test_k2.py -k "(gpu_real and bf16 and FLATD) or gpu_flat_dense" ;;
-  cands)  # m1's and dense2's blocks in one traced sweep against the default (42nd session): the 1-row ones
-          # at 1 row, FLATD on the tensor cores at 2 / 4 / 8, the GEMV dense block at 2 / 4 (bench k2 times the
-          # standard path once a row count, for the first block; STD_CONFIG: a tuned file for std_tuned), then
-          # their GPU tests: the real-shape bf16 cases (each candidate's among them) and FLATD bitwise (~8 min)
+  cands)  # bf16's candidates for the misses at 1 and 2 rows (40th and 42nd sessions; not yet run), in one traced
+          # sweep against the default (bench k2 times the standard path once a row count; STD_CONFIG: a tuned
+          # file for std_tuned), then their GPU tests (~8 min). At 1 row: five stages for FLATD's and FLATX's
+          # loops (four took -4 us; five fit: 208 registers, 135 KB), latent_up's rows shared evenly (BNH 14:
+          # 512 tiles, at most 56 rows a program against 64; lost 2.5-3.2 us before FLATD, 31st session, when
+          # each tile restarted the pipeline), experts_down's items a run a program (XDB; lost with MXFP4, 31st
+          # session, not timed with FLATX). From 2 rows, the dense phases' tiles a program in one pipelined loop:
+          # FLATD on the tensor cores, and the 1-row dense choices (GEMV dense phases in FLATD's loops, o_proj's
+          # own 64-row tile) beside the tensor-core experts (front 34.8 / latent_up 24.8 us at 2 rows on tensor
+          # cores a tile at a time, 32.3 / 19.1 at 1 row as FLATD's GEMVs). Tests: the real-shape bf16 cases
+          # (each candidate's among them) and FLATD bitwise FLATD 0 (MXFP4 2 rows, bf16 1 and 8)
     cfg=""; [ -n "${STD_CONFIG:-}" ] && cfg=" --std-config $STD_CONFIG"
     K2_EXTRA="--trace$cfg" k2_sweep k2-cands 240 bf16 1,2,4,8 "" 1:STAGES=5 1:BNH=14 1:XDB=1 2,4,8:FLATD=1 \
       2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
     t k2-cands-real 280 tests/launch/test_k2.py -k "(gpu_real and bf16) or gpu_flat_dense" ;;
-  m1)  # bf16 at 1 row, the default's neighbours the 39th session did not time (40th; not yet run): five stages
-       # for FLATD's and FLATX's loops (four: -4 us; five fit: 208 registers, 135 KB), and latent_up's rows
-       # shared evenly, 14 a tile in the 16-row GEMV tile (512 tiles: at most 56 rows a program against 64;
-       # before FLATD, 31st session, it lost 2.5-3.2 us in latent_up, whose tiles each restarted the pipeline),
-       # and experts_down's items a run a program (XDB: an expert's 56 L tiles on one program share its x; lost
-       # with MXFP4, 31st session; not timed with FLATX)
-    K2_EXTRA=--trace k2_sweep k2-m1 150 bf16 1 "" STAGES=5 BNH=14 XDB=1 ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
@@ -285,6 +272,6 @@ case "${1:-}" in
     done 2>&1 | tee "$OUT/ncu-src.log"
     ( cd "$OUT" && tar czf ncu-src.tgz ncu-src[-.]* --remove-files ) ;;  # one file back (a call returns few)
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|cands|dense2|m1|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
+  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|cands|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
      exit 2 ;;
 esac
