@@ -45,18 +45,6 @@ def _blocks(cmd):
     return [cmd[i + 1] for i, w in enumerate(cmd) if w == "--block"]
 
 
-def test_cands_compiles_each_block_apart_then_times_them_in_one_process(tmp_path):
-    cmds = _benches(_dry(tmp_path, "cands", STD_CONFIG="tuned.json"))
-    warm = [c for c in cmds if "--warm-only" in c]
-    timed = [c for c in cmds if "--warm-only" not in c]
-    want = ["", "1:STAGES=5", "1:BNH=14", "1:XDB=1", "2,4,8:FLATD=1", "2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"]
-    assert sorted(_blocks(c)[0] for c in warm) == sorted(want)  # (in parallel: any order)
-    assert all(len(_blocks(c)) == 1 for c in warm)
-    assert len(timed) == 1 and _blocks(timed[0]) == want
-    for c in warm + timed:
-        assert "--trace" in c and c[c.index("--std-config") + 1] == "tuned.json"
-
-
 def test_bf16_gate_compiles_each_block_apart(tmp_path):
     cmds = _dry(tmp_path, "bf16-gate", "1:STAGES=5", "2,4:FLATD=1")
     warm = [c for c in _benches(cmds) if "--warm-only" in c]

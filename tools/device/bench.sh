@@ -12,8 +12,6 @@
 #   STD_CONFIG=FILE ROWS=1,8 bash tools/device/bench.sh step-std  # the bf16 step against the standard step with
 #                                        # SGLang's fused MoE in the tuned configs (~5-9 min)
 #   bash tools/device/bench.sh trace     # K2's in-launch phase trace of the default
-#   STD_CONFIG=FILE bash tools/device/bench.sh cands  # bf16's 1- and 2-row candidates in one traced sweep,
-#                                        # then their real-shape tests (~8 min; dense2 and m1 before it)
 #   bash tools/device/bench.sh defaults  # K2's default against its one-key neighbours (~4 min)
 #   bash tools/device/bench.sh step-mx   # the step file's real MXFP4 case, then the MXFP4 step table (~5 min)
 #   bash tools/device/bench.sh gate BLOCK...  # a new K2 default's gate, first call: K2's small and real groups
@@ -30,7 +28,8 @@
 #   bash tools/device/bench.sh ncu-src [ROWS:BLOCK...]  # the persistent launch under Nsight Compute, SASS line
 #                                        # by line (issue, memory, stalls; ~1 min a spec; one .tgz back)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
-# A mode that one session's A/B needed once (standard and sgmoe-tune: bf16-gate and step-std now; sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
+# A mode that one session's A/B needed once (standard and sgmoe-tune: bf16-gate and step-std now; cands,
+# dense2, m1; sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
 # stages, odd-rows, owed (gate-rest covers it), ncu-mem (ncu-src profiles the persistent launch), ...)
 # lives in the git history at the commit docs/evidence names for its call; gate and ab are their common form.
 # (Until the fourteenth session every timed row compiled its launch again, 20-45 s, after the
@@ -171,21 +170,6 @@ case "${1:-}" in
     wait
     ( timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 2>&1 | tail -12 ) | tee "$OUT/step-bench-mxfp4.log"
     cat "$OUT/k2-rest.out" "$OUT/forward-gpu.out" ;;
-  cands)  # bf16's candidates for the misses at 1 and 2 rows (40th and 42nd sessions; not yet run), in one traced
-          # sweep against the default (bench k2 times the standard path once a row count; STD_CONFIG: a tuned
-          # file for std_tuned), then their GPU tests (~8 min). At 1 row: five stages for FLATD's and FLATX's
-          # loops (four took -4 us; five fit: 208 registers, 135 KB), latent_up's rows shared evenly (BNH 14:
-          # 512 tiles, at most 56 rows a program against 64; lost 2.5-3.2 us before FLATD, 31st session, when
-          # each tile restarted the pipeline), experts_down's items a run a program (XDB; lost with MXFP4, 31st
-          # session, not timed with FLATX). From 2 rows, the dense phases' tiles a program in one pipelined loop:
-          # FLATD on the tensor cores, and the 1-row dense choices (GEMV dense phases in FLATD's loops, o_proj's
-          # own 64-row tile) beside the tensor-core experts (front 34.8 / latent_up 24.8 us at 2 rows on tensor
-          # cores a tile at a time, 32.3 / 19.1 at 1 row as FLATD's GEMVs). Tests: the real-shape bf16 cases
-          # (each candidate's among them) and FLATD bitwise FLATD 0 (MXFP4 2 rows, bf16 1 and 8)
-    cfg=""; [ -n "${STD_CONFIG:-}" ] && cfg=" --std-config $STD_CONFIG"
-    K2_EXTRA="--trace$cfg" k2_sweep k2-cands 240 bf16 1,2,4,8 "" 1:STAGES=5 1:BNH=14 1:XDB=1 2,4,8:FLATD=1 \
-      2,4:DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128
-    t k2-cands-real 280 tests/launch/test_k2.py -k "(gpu_real and bf16) or gpu_flat_dense" ;;
   trace)  # the default's in-launch phase trace
     K2_EXTRA=--trace k2_sweep k2-trace 300 mxfp4 1,2,4,8 "" ;;
   defaults)  # K2's default against its one-key neighbours: experts_down's prefetch, the shared down's
@@ -272,6 +256,6 @@ case "${1:-}" in
     done 2>&1 | tee "$OUT/ncu-src.log"
     ( cd "$OUT" && tar czf ncu-src.tgz ncu-src[-.]* --remove-files ) ;;  # one file back (a call returns few)
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|cands|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
+  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
      exit 2 ;;
 esac
