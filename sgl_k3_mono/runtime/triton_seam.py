@@ -11,6 +11,13 @@ scores from all SP partials (summed in slice order: every program and every repl
 sums alike), the softmax and the mix; (D) the row's sum of squares from all SP
 partials, and h. Between steps a row-local bounded wait (the persistent launch), or a
 launch boundary (the phased launch runs the steps as three launches of phase 0).
+
+Not two steps: folding D into C (step A also leaving each slice's Gram matrix of the
+mixed rows, so C has the mix's sum of squares as alpha^T G alpha after one wait) was
+timed in the twenty-fourth session and lost 2-5 us a launch (a program's in-step work
+grew more than the wait it saved), and it moved K1 out of its bounds (the quadratic form
+is the unrounded mix's statistic, where the sm_90 seam norms the bf16-rounded mix). It
+was rebuilt twice since before that record was found (docs/evidence/k2-sm90.md).
 """
 
 from __future__ import annotations
