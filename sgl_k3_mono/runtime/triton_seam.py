@@ -17,7 +17,8 @@ mixed rows, so C has the mix's sum of squares as alpha^T G alpha after one wait)
 timed in the twenty-fourth session and lost 2-5 us a launch (a program's in-step work
 grew more than the wait it saved), and it moved K1 out of its bounds (the quadratic form
 is the unrounded mix's statistic, where the sm_90 seam norms the bf16-rounded mix). It
-was rebuilt twice since before that record was found (docs/evidence/k2-sm90.md).
+was rebuilt twice since before that record was found (docs/evidence/k2-sm90.md;
+docs/evidence/tried.md indexes what else was timed).
 """
 
 from __future__ import annotations
