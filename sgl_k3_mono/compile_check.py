@@ -158,13 +158,16 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
     return k2_kernel, args, meta
 
 
-def _k1_variant(mode: str, rows: int, target: str, tp: int = 8, isa: str = "sm_90", **kind):
+def _k1_variant(mode: str, rows: int, target: str, tp: int = 8, isa: str = "sm_90", tiles: dict | None = None,
+                **kind):
     """K1 at a real TP-`tp` rank's shapes (96 / tp heads x 128, H 7168); `isa`: the seam
-    rounding; `kind`: the layer kind (placeholders' write / contribution)."""
+    rounding; `tiles`: K1Plan fields (an option); `kind`: the layer kind (placeholders'
+    write / contribution)."""
     from sgl_k3_mono.k1.placeholders import tp8_placeholder_launch
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
 
-    *_, args, meta = tp8_placeholder_launch(mode, rows, hip=target == "gfx950", tp=tp, isa=isa, **kind)
+    *_, args, meta = tp8_placeholder_launch(mode, rows, hip=target == "gfx950", tp=tp, isa=isa, tiles=tiles,
+                                            **kind)
     return k1_kernel, args, meta
 
 
@@ -185,6 +188,10 @@ def variants(full: bool) -> list[tuple[str, object]]:
         out.append((f"k2-tp8-mxfp4-M{m}", lambda t, m=m: _k2_variant("mxfp4", "sm_90", m, t, tp=8)))
         for mode in ("decode", "verify"):
             out.append((f"k1-tp8rank-{mode}-M{m}", lambda t, mode=mode, m=m: _k1_variant(mode, m, t)))
+    # K1Plan.g_last (off by default): its decode build at 1 and 8 rows (the two gate splits)
+    for m in (1, 8):
+        out.append((f"k1-tp8rank-decode-M{m}-g-last",
+                    lambda t, m=m: _k1_variant("decode", m, t, tiles=dict(g_last=True))))
     for lay in AITER_LAYOUTS[:2]:  # the experts in AITER's layouts (Triton's gfx950 opt-in serves them too)
         out.append((f"k2-tp8-mxfp4-{lay}-M2",
                     lambda t, lay=lay: _k2_variant("mxfp4", "sm_90", 2, t, tp=8, layout=lay)))

@@ -40,6 +40,9 @@ def builds(cc, target: str) -> dict:
     for mode in ("decode", "verify"):
         for m in (1, 8):
             b[f"k1-{mode}-M{m}"] = (lambda mode=mode, m=m: cc._k1_variant(mode, m, target), {})
+    if target == "sm_90" and "tiles" in cc._k1_variant.__code__.co_varnames:  # K1Plan.g_last (a tree that has it)
+        for m in (1, 8):
+            b[f"k1-decode-M{m}-g-last"] = (lambda m=m: cc._k1_variant("decode", m, target, tiles=dict(g_last=True)), {})
     return b
 
 

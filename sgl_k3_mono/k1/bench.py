@@ -215,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
     ap.add_argument("--carve", action="store_true",
                     help="K1Plan.carve: the launch's carveout fitted to its block (runtime/triton_smem)")
+    ap.add_argument("--g-last", action="store_true",
+                    help="K1Plan.g_last: the gate's rows streamed during the recurrence")
+    ap.add_argument("--block-k-g", type=int, default=None, help="K1Plan.block_k_g (with --g-last)")
     ap.add_argument("--seam-single", action="store_true",
                     help="one program a row for the seam (K1Plan.seam_split off), for comparison")
     ap.add_argument("--warm-only", action="store_true",
@@ -231,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         tiles["seam_split"] = False
     if args.carve:
         tiles["carve"] = True
+    if args.g_last:
+        tiles["g_last"] = True
+    if args.block_k_g is not None:
+        tiles["block_k_g"] = args.block_k_g
     if args.warm_only:
         from sgl_k3_mono.k1.host import compile_k1
 
@@ -264,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             cx = layers[0].plan.constexprs()
             print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
-                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}",
+                  f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}"
+                  + (f" GL NKP={cx['NKP']} BNG_EFF={cx['BNG_EFF']} BKG={cx['BKG']}" if cx["GL"] else ""),
                   flush=True)
             layers = None  # (the lambdas above hold the name: drop the layers it points to)
             torch.cuda.empty_cache()

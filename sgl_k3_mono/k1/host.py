@@ -64,12 +64,12 @@ def hip_tiles(hip: Optional[bool] = None) -> dict:
     return dict(num_stages=2) if (hip if hip is not None else torch.version.hip is not None) else {}
 
 
-def _row_tile(rows: tuple[int, ...], grid: int) -> int:
+def _row_tile(rows: tuple[int, ...], grid: int, heights=(64, 48, 32, 16)) -> int:
     """Rows per in-projection tile: the fewest rounds of tiles over the grid, weighted by
     tile height (132 tiles of 48 rows at TP 8 fill the H200 exactly; 64-row tiles would
     leave 33 SMs idle). Ties go to the taller tile (fewer, longer weight streams)."""
     best = None
-    for eff in (64, 48, 32, 16):
+    for eff in heights:
         tiles = sum(-(-r // eff) for r in rows)
         cost = -(-tiles // grid) * eff
         if best is None or cost < best[0]:
@@ -126,6 +126,16 @@ class K1Plan:
     """Ask L2 for the call's `K1IO.l2_next` rows during the KDA phase (sm_90 PTX; the
     persistent launch only; a call without them asks for nothing). Off until `bench step`
     has timed it (its "L2 hand-off" column); the GPU test holds it bitwise harmless."""
+    g_last: bool = False
+    """GL: stream the output gate's rows (a quarter of the in-projection's bytes, read only
+    by the gated norm at the phase's end) while the recurrence runs, instead of before it.
+    The in-projection phase then covers q | k | v | f_a | b over the whole grid; after it,
+    programs 0..kda_programs-1 run the recurrence (fewer V splits: `v_split`) and the rest
+    stream the gate, counted on the sync buffer's TALLY word, which each head's gated norm
+    waits for (bounded). The persistent launch only; phase by phase the gate's tiles end
+    the in-projection phase. Off until timed (docs/evidence/tried.md)."""
+    block_k_g: int = 256
+    """GL: the gate tiles' K step (fewer programs stream them, so more bytes a stage)."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -135,6 +145,11 @@ class K1Plan:
         _need(self.hidden % self.block_k == 0, f"K1Plan: hidden {self.hidden} is not a multiple of block_k {self.block_k}")
         _need(self.grid >= 1, "K1Plan: grid must be >= 1")
         _need(0 <= self.rank < self.tp, f"K1Plan: rank {self.rank} outside 0..{self.tp - 1}")
+        if self.g_last:
+            _need(self.grid >= 2, "K1Plan: g_last needs a grid of 2 or more (the gate's programs)")
+            _need(self.hidden % self.block_k_g == 0,
+                  f"K1Plan: hidden {self.hidden} is not a multiple of block_k_g {self.block_k_g}")
+            _need(not self.l2_next, "K1Plan: g_last and l2_next are exclusive (both use the KDA phase's HBM idle time)")
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -168,24 +183,48 @@ class K1Plan:
         return 4 * self.proj + self.head_dim + self.heads
 
     @property
+    def _in_proj_rows(self) -> tuple[int, int, int]:
+        """Rows of the in-projection phase: qkvg's (its first 3P under g_last), f_a's, b's."""
+        return ((3 if self.g_last else 4) * self.proj, self.head_dim, self.heads)
+
+    @property
     def row_tile(self) -> int:
-        """In-projection rows per tile (BN_EFF) and its power-of-2 register tile (BN)."""
-        return _row_tile((4 * self.proj, self.head_dim, self.heads), self.grid)
+        """In-projection rows per tile (BN_EFF) and its power-of-2 register tile (BN).
+        Under g_last any height from 16 to 64: its 4748 rows at TP 8 make 100 tiles of 48
+        but 130 of 37."""
+        heights = range(64, 15, -1) if self.g_last else (64, 48, 32, 16)
+        return _row_tile(self._in_proj_rows, self.grid, heights)
 
     @property
     def in_proj_tiles(self) -> int:
         e = self.row_tile
-        return sum(-(-r // e) for r in (4 * self.proj, self.head_dim, self.heads))
+        return sum(-(-r // e) for r in self._in_proj_rows)
 
     @property
     def v_split(self) -> int:
         """NV: programs sharing one head's V rows (its 64 KB of fp32 state at D=128), the
-        most (up to 8) that keeps the items of the KDA phase within one round of the grid."""
+        most (up to 8) that keeps the items of the KDA phase within one round of the grid
+        (under g_last within half of it, the rest streaming the gate)."""
         items = self.heads * (1 if self.mode == "verify" else self.rows)
+        room = self.grid // 2 if self.g_last else self.grid
         nv = 8
-        while nv > 1 and (items * nv > self.grid or self.head_dim // nv < 16):
+        while nv > 1 and (items * nv > room or self.head_dim // nv < 16):
             nv //= 2
         return nv
+
+    @property
+    def kda_programs(self) -> int:
+        """NKP: under g_last, the programs that run the recurrence's items (at most three
+        quarters of the grid: the rest stream the gate); the whole grid otherwise."""
+        if not self.g_last:
+            return self.grid
+        items = self.heads * (1 if self.mode == "verify" else self.rows) * self.v_split
+        return max(1, min(items, self.grid - self.grid // 4))
+
+    @property
+    def gate_tile(self) -> int:
+        """BNG_EFF: under g_last, gate rows a tile: P over the gate's programs, at most 64."""
+        return min(64, -(-self.proj // (self.grid - self.kda_programs))) if self.g_last else 16
 
     @property
     def v_block(self) -> int:
@@ -222,6 +261,8 @@ class K1Plan:
             NV=self.v_split, BV=self.v_block, VERIFY=self.mode == "verify",
             HAS_LB=self.lower_bound is not None,
             LB=float(self.lower_bound) if self.lower_bound is not None else 0.0,
+            GL=self.g_last, NKP=self.kda_programs, BNG=_next_pow2(self.gate_tile), BNG_EFF=self.gate_tile,
+            BKG=self.block_k_g if self.g_last else self.block_k,
         )
 
 
@@ -564,6 +605,7 @@ def _launch_flydsl(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *
     _need(io.out.is_cuda and torch.version.hip is not None,
           "run_k1: impl 'flydsl' runs on a HIP (gfx950) device only; the tensors are on "
           f"{io.out.device} with torch.version.hip={torch.version.hip}")
+    _need(not plan.g_last, "run_k1: impl 'flydsl' has no g_last (the gate streamed during the recurrence)")
     from sgl_k3_mono.k1.flydsl.launch import run_fly
 
     args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=deadline_s)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: bool = False, grid: int = 132,
                            write: bool = False, contribution: bool = False, pad_slot=None, slots: int = 64,
-                           slot_dtype=None, tp: int = 8):
+                           slot_dtype=None, tp: int = 8, tiles: dict | None = None):
     """(plan, views, io, scratch, args, meta) of one rank of TP `tp` (default 8). `isa`: the
-    seam rounding; `hip`: the HIP tiles."""
+    seam rounding; `hip`: the HIP tiles; `tiles`: more K1Plan fields (an option's build)."""
     import torch
 
     from sgl_k3_mono.configs import load_config
@@ -27,7 +27,7 @@ def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: boo
                     o_norm=torch.empty(D, **bf), seam=SeamWeights(torch.empty(1, H, **bf), torch.empty(H, **bf),
                                                                   torch.empty(H, **bf)),
                     heads=h, head_dim=D, lower_bound=d.gate_lower_bound)
-    plan = K1Plan.from_dims(d, rows, mode, isa=isa, grid=grid, **hip_tiles(hip))
+    plan = K1Plan.from_dims(d, rows, mode, isa=isa, grid=grid, **{**hip_tiles(hip), **(tiles or {})})
     verify = mode == "verify"
     io = K1IO(prefix=torch.empty(rows, H, **bf), bank=torch.empty(rows, 8, H, **bf), nvb=4, write=write,
               slots=torch.empty(1 if verify else rows, dtype=slot_dtype or torch.int32),

@@ -19,6 +19,9 @@ except ImportError:  # an older Triton: the HIP build then fails to compile, lou
 
 # sync buffer layout (int32 words, one buffer per launch slot)
 ARRIVE, DEPART, EPOCH = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+TALLY = tl.constexpr(3)
+"""A count the launch keeps for itself (K1's gate tiles under GL), back to 0 at `depart`
+when the launch asks (CLEAR_TALLY)."""
 SYNC_WORDS = 4
 
 
@@ -76,22 +79,31 @@ def wait_eq(ptr, tag, t0, deadline_ns, err_addr, rank, layer, launch_id, phase, 
 
 
 @triton.jit
+def arrive(sync_ptr):
+    """This program's arrival at the launch's next grid barrier, with its writes released,
+    without waiting there: for a program whose next work needs nothing the barrier guards."""
+    tl.debug_barrier()
+    tl.atomic_add(sync_ptr + ARRIVE, 1, sem="release", scope="gpu")
+
+
+@triton.jit
 def grid_barrier(sync_ptr, index, nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
                  HIP: tl.constexpr = False):
     """Barrier `index` (0, 1, ...) of this launch over all co-resident programs."""
-    tl.debug_barrier()
-    tl.atomic_add(sync_ptr + ARRIVE, 1, sem="release", scope="gpu")
+    arrive(sync_ptr)
     wait_geq(sync_ptr + ARRIVE, (index + 1) * nprog, t0, deadline_ns, err_addr, rank, layer, launch_id, phase,
              "gpu", HIP)
     tl.debug_barrier()
 
 
 @triton.jit
-def depart(sync_ptr, nprog):
+def depart(sync_ptr, nprog, CLEAR_TALLY: tl.constexpr = False):
     """After the launch's last barrier: the last program out resets the counters and
     advances the epoch, so the next launch on this slot starts from zero (stream order)."""
     tl.debug_barrier()
     if tl.atomic_add(sync_ptr + DEPART, 1, sem="acq_rel", scope="gpu") == nprog - 1:
+        if CLEAR_TALLY:  # every program is past its last wait on it
+            tl.atomic_xchg(sync_ptr + TALLY, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(sync_ptr + ARRIVE, 0, sem="relaxed", scope="gpu")
         tl.atomic_xchg(sync_ptr + DEPART, 0, sem="relaxed", scope="gpu")
         tl.atomic_add(sync_ptr + EPOCH, 1, sem="release", scope="gpu")

@@ -47,6 +47,10 @@ CPU_CASES = [
     Case("verify M=5 grid 16 (V split 8)", 256, 2, 5, mode="verify", nvb=1, grid=16, seed=7),
     Case("verify M=8 TP2 rank 1, block write", 512, 4, 8, mode="verify", tp=2, rank=1, nvb=4, write=True, seed=8),
     Case("verify M=6 TP2 rank 0", 512, 4, 6, mode="verify", tp=2, rank=0, nvb=6, contrib=False, seed=9),
+    # GL: phase by phase the gate's tiles end the in-projection phase (grid 8: 2 gate programs)
+    Case("decode M=2 gate last (GL)", 256, 2, 2, nvb=3, seed=17, grid=8, g_last=True),
+    Case("verify M=3 gate last (GL), TP2 rank 1", 512, 4, 3, mode="verify", tp=2, rank=1, nvb=2, seed=18, grid=8,
+         g_last=True),
     # the seam over several programs a row (grid 16: 256-column slices, 2 a row at H 512;
     # at grid 4 most cases above get one slice a row, M=8 the one-program seam)
     Case("decode M=3 split seam (2 slices), block write", 512, 4, 3, nvb=4, write=True, seed=15, grid=16),
@@ -71,11 +75,18 @@ GPU_CASES = [
     Case("TP8 shapes decode M=2, in-projection prefetch", **REAL, rows=2, nvb=3, seed=53, prefetch=4096),
     Case("TP8 shapes verify M=4, in-projection prefetch", **REAL, rows=4, mode="verify", nvb=2, seed=54,
          prefetch=14336),
+    # GL: the gate's rows streamed by a quarter to a half of the grid during the recurrence
+    *[Case(f"TP8 shapes decode M={m}, gate last (GL)", **REAL, rows=m, nvb=m - 1, seed=80 + m, g_last=True)
+      for m in (1, 2, 4, 8)],
+    *[Case(f"TP8 shapes verify M={m}, gate last (GL)", **REAL, rows=m, mode="verify", nvb=3, seed=90 + m,
+           g_last=True) for m in (1, 8)],
     Case("TP8 rank 5 of the full layer, decode M=4", **FULL, rows=4, tp=8, rank=5, nvb=2, seed=51),
     Case("TP8 rank 7 of the full layer, verify M=8", **FULL, rows=8, mode="verify", tp=8, rank=7, nvb=4, seed=52),
 ]
 GPU_STEPS = [Case("64 decode steps TP8 shapes M=8", **REAL, rows=8, nvb=4, steps=64, seed=60),
-             Case("64 decode steps small M=3", 1024, 4, 3, nvb=2, steps=64, seed=61)]
+             Case("64 decode steps small M=3", 1024, 4, 3, nvb=2, steps=64, seed=61),
+             Case("64 decode steps TP8 shapes M=2, gate last (GL)", **REAL, rows=2, nvb=4, steps=64, seed=62,
+                  g_last=True)]
 
 
 def _run(impl: str, cases: list[Case]) -> list[dict]:
@@ -119,21 +130,21 @@ def test_k1_64_decode_steps_stay_within_bounds(impl):
 # ---- GPU only ------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["decode", "verify"])
-def test_cuda_graph_1000_replays_bitwise(mode):
+@pytest.mark.parametrize("mode,g_last", [("decode", False), ("verify", False), ("decode", True)])
+def test_cuda_graph_1000_replays_bitwise(mode, g_last):
     """Captured once, replayed 1000 times from the same inputs and states: bitwise the same
     every time (the barrier counters and last-arriver counters reset themselves)."""
-    graph_replays_bitwise(mode, "triton")
+    graph_replays_bitwise(mode, "triton", g_last)
 
 
-def graph_replays_bitwise(mode: str, impl: str) -> None:
+def graph_replays_bitwise(mode: str, impl: str, g_last: bool = False) -> None:
     """The graph test's body for either device code (test_k1_flydsl runs it with "flydsl")."""
     import torch
 
     from sgl_k3_mono.k1.host import run_k1
 
     keep: dict = {}
-    case = Case(f"graph {mode}", **REAL, rows=8, mode=mode, nvb=5, seed=70, phased=False, impl=impl)
+    case = Case(f"graph {mode}", **REAL, rows=8, mode=mode, nvb=5, seed=70, phased=False, impl=impl, g_last=g_last)
     run_case(case, "cuda", scratch_keep=keep)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
     pools = (io.conv_pool.clone(), io.ssm_pool.clone())
@@ -170,6 +181,7 @@ def graph_replays_bitwise(mode: str, impl: str) -> None:
                 assert torch.equal(a, b), f"replay {i} differs from the eager run"
     torch.cuda.synchronize()
     assert int(scratch.counters.abs().sum()) == 0 and int(scratch.sync[:2].abs().sum()) == 0
+    assert int(scratch.sync[3]) == 0, "GL's gate-tile count was not cleared at departure"
 
 
 @pytest.mark.gpu

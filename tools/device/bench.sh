@@ -25,6 +25,9 @@
 #   AB_OLD=DIR bash tools/device/bench.sh ab-tree  # every K1 GPU test and K2's small and real groups, then K2 and
 #                                        # K1 timed here against the tree in DIR (~8 min)
 #   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
+#   bash tools/device/bench.sh k1 NAME VARIANT...  # bench k1 for each VARIANT (its flags, "" the defaults),
+#                                        # decode and verify, compiled in parallel, then timed twice in turn
+#                                        # (K1_ROWS, default 1,2,4,8; ~1 min a timed run)
 #   bash tools/device/bench.sh ncu-src [ROWS:BLOCK...]  # the persistent launch under Nsight Compute, SASS line
 #                                        # by line (issue, memory, stalls; ~1 min a spec; one .tgz back)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
@@ -225,6 +228,21 @@ case "${1:-}" in
     for pf in 0 4096 14336; do
       ( timeout 90 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases --prefetch $pf 2>&1 \
           | tail -9 ) | tee -a "$OUT/k1-prefetch.log"
+    done ;;
+  k1)  # K1 variants side by side: each pass times every variant once, in the order given
+    shift; k1n=$1; shift
+    k1c=()
+    for v in "$@"; do
+      k1c+=("timeout 200 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --rows ${K1_ROWS:-1,2,4,8} --warm-only $v")
+    done
+    warm "$OUT/$k1n-warm.log" "${k1c[@]}"
+    for pass in 1 2; do
+      for v in "$@"; do
+        # shellcheck disable=SC2086
+        ( echo "K1AB pass $pass, variant '$v'"
+          timeout 150 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --rows "${K1_ROWS:-1,2,4,8}" --no-phases \
+            $v 2>&1 | grep -E "^ *[0-9]+ +(decode|verify)|Error|copy bandwidth" ) | tee -a "$OUT/$k1n.log"
+      done
     done ;;
   ncu-src)  # what the persistent launch's warps do, SASS line by line (twenty-ninth session): Nsight Compute on
              # K2's MXFP4 launch (a TP-8 rank) alone, not its phases as launches of their own, for each

@@ -27,6 +27,11 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              head's 64 KB of state to several SMs). The last item of a (row, head) to
              finish (an atomic counter, no barrier) writes the q/k conv windows and the
              gated output RMSNorm, which needs all 128 outputs of the head.
+             GL (K1Plan.g_last, off by default): the gate's rows (a quarter of the
+             in-projection's bytes; only the gated norm reads them) leave phase 1; as
+             phase 2 starts, programs NKP.. stream them (they arrive at barrier 1 without
+             waiting there) while programs 0..NKP-1 run the items, and the gated norm waits
+             for the gate tiles' count. HBM keeps streaming through the recurrence.
              With NXB > 0 (K1Plan.l2_next, off by default), as the phase starts each
              program asks L2 for its share of the rows the next launch reads first
              (K1IO.l2_next: the layer's o_proj), so K2's first phase can find them
@@ -43,7 +48,7 @@ import triton.language as tl
 
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import seam_p_row, split_seam_persistent, split_seam_step
-from sgl_k3_mono.runtime.triton_sync import depart, grid_barrier, maybe_stall, now_ns
+from sgl_k3_mono.runtime.triton_sync import TALLY, arrive, depart, grid_barrier, maybe_stall, now_ns, wait_geq
 
 PHASES = ("seam", "in_proj", "kda")
 """Phase names, in order (index = the PHASE constexpr)."""
@@ -173,10 +178,11 @@ def _gemv_tile(M, h_ptr, w_ptr, s_w, r0, n_rows, proj_ptr, col0,
 
 @triton.jit
 def _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
-                   H: tl.constexpr, NQ: tl.constexpr, NF: tl.constexpr, NB: tl.constexpr,
+                   H: tl.constexpr, NQ: tl.constexpr, QC: tl.constexpr, NF: tl.constexpr, NB: tl.constexpr,
                    NPROJ: tl.constexpr, BN: tl.constexpr, BN_EFF: tl.constexpr, BK: tl.constexpr,
                    NUM_STAGES: tl.constexpr):
-    # tiles: qkvg rows, then f_a rows, then b rows (three views; SGLang's _bfa_w pad rows skipped)
+    # tiles: the first NQ qkvg rows, then f_a rows, then b rows (three views; SGLang's _bfa_w
+    # pad rows skipped); f_a's columns start at QC (4P), b's after them
     TQ: tl.constexpr = (NQ + BN_EFF - 1) // BN_EFF
     TF: tl.constexpr = (NF + BN_EFF - 1) // BN_EFF
     TB: tl.constexpr = (NB + BN_EFF - 1) // BN_EFF
@@ -187,11 +193,26 @@ def _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_w
             _gemv_tile(M, h_ptr, wq_ptr, s_wq, tile * BN_EFF, NQ, proj_ptr, 0,
                        H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
         elif tile < TQ + TF:
-            _gemv_tile(M, h_ptr, wf_ptr, s_wf, (tile - TQ) * BN_EFF, NF, proj_ptr, NQ,
+            _gemv_tile(M, h_ptr, wf_ptr, s_wf, (tile - TQ) * BN_EFF, NF, proj_ptr, QC,
                        H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
         else:
-            _gemv_tile(M, h_ptr, wb_ptr, s_wb, (tile - TQ - TF) * BN_EFF, NB, proj_ptr, NQ + NF,
+            _gemv_tile(M, h_ptr, wb_ptr, s_wb, (tile - TQ - TF) * BN_EFF, NB, proj_ptr, QC + NF,
                        H, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+
+
+@triton.jit
+def _gate_tiles(first, step, M, h_ptr, wq_ptr, s_wq, proj_ptr, gcnt_ptr,
+                H: tl.constexpr, P: tl.constexpr, NPROJ: tl.constexpr, BNG: tl.constexpr, BNG_EFF: tl.constexpr,
+                BKG: tl.constexpr, NUM_STAGES: tl.constexpr, COUNT: tl.constexpr):
+    """GL: the output gate's rows (qkvg rows 3P..4P-1, read only by the gated norm at the
+    end) as tiles first, first + step, ...; each tile stored is counted on gcnt (COUNT)."""
+    TG: tl.constexpr = (P + BNG_EFF - 1) // BNG_EFF
+    for tile in range(first, TG, step):
+        _gemv_tile(M, h_ptr, wq_ptr + 3 * P * s_wq, s_wq, tile * BNG_EFF, P, proj_ptr, 3 * P,
+                   H, NPROJ, BNG, BNG_EFF, BKG, NUM_STAGES)
+        if COUNT:
+            tl.debug_barrier()  # every thread's part of the tile is stored
+            tl.atomic_add(gcnt_ptr, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -282,9 +303,10 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
                conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
                vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv,
                opre_ptr, cnt_ptr, out_ptr, s_om,
+               gcnt_ptr, t_start, deadline_ns, err_addr, rank, layer,
                HL: tl.constexpr, D: tl.constexpr, KW: tl.constexpr, NPROJ: tl.constexpr,
                NV: tl.constexpr, BV: tl.constexpr, VERIFY: tl.constexpr,
-               HAS_LB: tl.constexpr, LB: tl.constexpr):
+               HAS_LB: tl.constexpr, LB: tl.constexpr, WAIT_G: tl.constexpr, TG: tl.constexpr, HIP: tl.constexpr):
     P: tl.constexpr = HL * D
     VS: tl.constexpr = D // NV  # V rows per item
     FA_COL: tl.constexpr = 4 * P
@@ -367,6 +389,8 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
             if last:
                 if NV > 1:  # reset for the next launch (nobody else touches it any more)
                     tl.atomic_xchg(cnt_ptr + row * HL + head, 0, sem="relaxed", scope="gpu")
+                if WAIT_G:  # GL: the gate's rows stream on other programs; all TG tiles stored
+                    wait_geq(gcnt_ptr, TG, t_start, deadline_ns, err_addr, rank, layer, 0, 2, "gpu", HIP)
                 w_on = tl.load(onw_ptr + d).to(tl.float32)
                 for u in range(0, T):
                     o = tl.load(opre_ptr + (t0 + u) * P + head * D + d, cache_modifier=".cg").to(tl.float32)
@@ -419,6 +443,10 @@ def k1_kernel(
     SEAM_SPLIT: tl.constexpr = False, BS: tl.constexpr = 512, SP: tl.constexpr = 1, SPP: tl.constexpr = 1,
     SEAM_STEP: tl.constexpr = 0, PF: tl.constexpr = 0, NT: tl.constexpr = 128,
     NXR: tl.constexpr = 1, NXB: tl.constexpr = 0,
+    # GL (K1Plan.g_last): the gate's rows streamed during the recurrence by programs NKP..,
+    # in tiles of BNG_EFF rows (BNG in registers) and BKG columns a pipeline stage
+    GL: tl.constexpr = False, NKP: tl.constexpr = 0, BNG: tl.constexpr = 16, BNG_EFF: tl.constexpr = 16,
+    BKG: tl.constexpr = 128,
     # host side only (the launch fits the compiled function's carveout): a constexpr so that
     # each choice is its own compiled function
     CARVE: tl.constexpr = False,
@@ -459,20 +487,38 @@ def k1_kernel(
                 tl.store(scnt_ptr + tl.arange(0, MP), 0, mask=tl.arange(0, MP) < M)
     if (PHASE == -1) or (PHASE == 1):
         _phase_in_proj(pid, nprog, M, h_ptr, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, proj_ptr,
-                       H, 4 * P, D, HL, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
-    if PHASE == -1:
-        grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1, HIP)
-        maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
-        if NXB > 0:  # the recurrence leaves HBM idle: the next launch's first weights into L2
-            r0 = pid * nx_per
-            l2_prefetch_rows(nx_ptr + r0.to(tl.int64) * nx_stride, nx_stride * 2, tl.minimum(nx_per, nx_rows - r0),
-                             NXR, NXB, NT)
-    if (PHASE == -1) or (PHASE == 2):
-        _phase_kda(pid, nprog, M, pad_slot, vindex,
+                       H, 3 * P if GL else 4 * P, 4 * P, D, HL, NPROJ, BN, BN_EFF, BK, NUM_STAGES)
+    if (PHASE == 1) and GL:  # phase by phase: the gate's tiles after the rest, over the whole grid
+        _gate_tiles(pid, nprog, M, h_ptr, wq_ptr, s_wq, proj_ptr, sync_ptr + TALLY,
+                    H, P, NPROJ, BNG, BNG_EFF, BKG, NUM_STAGES, False)
+    gate_program = False
+    if (PHASE == -1) and GL:
+        gate_program = pid >= NKP
+    if gate_program:
+        # GL: the gate's programs. The recurrence runs on programs 0..NKP-1 while these
+        # stream the gate's rows, which only the gated norm at its end reads (it waits
+        # for their count); they need nothing the next barrier guards, so they arrive there
+        # without waiting.
+        arrive(sync_ptr)
+        _gate_tiles(pid - NKP, nprog - NKP, M, h_ptr, wq_ptr, s_wq, proj_ptr, sync_ptr + TALLY,
+                    H, P, NPROJ, BNG, BNG_EFF, BKG, NUM_STAGES, True)
+    elif (PHASE == -1) or (PHASE == 2):
+        if PHASE == -1:
+            grid_barrier(sync_ptr, 1, nprog, t0, deadline_ns, err_addr, rank, layer, 0, 1, HIP)
+            maybe_stall(stall_phase, 2, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
+            if NXB > 0:  # the recurrence leaves HBM idle: the next launch's first weights into L2
+                r0 = pid * nx_per
+                l2_prefetch_rows(nx_ptr + r0.to(tl.int64) * nx_stride, nx_stride * 2,
+                                 tl.minimum(nx_per, nx_rows - r0), NXR, NXB, NT)
+        else:
+            t0 = 0
+        _phase_kda(pid, NKP if (GL and PHASE == -1) else nprog, M, pad_slot, vindex,
                    proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
                    conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
                    vconv_ptr, s_vcr, s_vct, s_vcw, vssm_ptr, s_vsr, s_vst, s_vsh, s_vsv,
                    opre_ptr, cnt_ptr, out_ptr, s_om,
-                   HL, D, KW, NPROJ, NV, BV, VERIFY, HAS_LB, LB)
+                   sync_ptr + TALLY, t0, deadline_ns, err_addr, rank, layer,
+                   HL, D, KW, NPROJ, NV, BV, VERIFY, HAS_LB, LB, GL and (PHASE == -1),
+                   (P + BNG_EFF - 1) // BNG_EFF, HIP)
     if PHASE == -1:
-        depart(sync_ptr, nprog)
+        depart(sync_ptr, nprog, GL)
