@@ -328,16 +328,7 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
             row = item // (HL * NV)
             t0 = row
             T = 1
-        # The item is a chain of dependent loads (slot, then the slot's state and window);
-        # what needs no slot is asked for beside the slot's own load, and (decode) the first
-        # V chunk's state rows and v with the window, before the first reduction or dot: a
-        # CTA barrier, which no load moves across.
         slot = tl.load(slots_ptr + row).to(tl.int64)
-        fa = tl.load(proj_ptr + (t0 + tt)[:, None] * NPROJ + FA_COL + d[None, :],
-                     mask=(tt < T)[:, None], other=0.0, cache_modifier=".cg")
-        fb = tl.load(fb_ptr + (head * D + d)[:, None] * s_fb + d[None, :])
-        dtb = tl.load(dtb_ptr + head * D + d)
-        a_log = tl.load(alog_ptr + head)
         if (slot < 0) | (slot == pad_slot):
             # a padded row: zero output, no state touched
             if vs == 0:
@@ -345,14 +336,13 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
                     tl.store(out_ptr + (t0 + u) * s_om + head * D + d, tl.zeros([D], dtype=tl.bfloat16))
         else:
             win_ptr = conv_ptr + slot * s_cs
-            if not VERIFY:  # chunk 0's state rows and v (its conv taps), with the window
-                vr0 = vs * VS + tl.arange(0, BV)
-                S0 = tl.load(ssm_ptr + slot * s_ss + head * s_sh + vr0[:, None] * s_sv + d[None, :])
-                v0 = _conv_silu(win_ptr, s_cr, proj_ptr, t0, 0, 2 * P + head * D + vr0, cw_ptr, s_cw, NPROJ, KW)
             # f = bf16(f_a @ f_b[head]^T) for all the item's tokens at once, then the decay
+            fa = tl.load(proj_ptr + (t0 + tt)[:, None] * NPROJ + FA_COL + d[None, :],
+                         mask=(tt < T)[:, None], other=0.0, cache_modifier=".cg")
+            fb = tl.load(fb_ptr + (head * D + d)[:, None] * s_fb + d[None, :])
             f = tl.dot(fa, tl.trans(fb)).to(tl.bfloat16).to(tl.float32)  # [MP, D]
-            x = f + dtb[None, :]
-            a = tl.exp(a_log)
+            x = f + tl.load(dtb_ptr + head * D + d)[None, :]
+            a = tl.exp(tl.load(alog_ptr + head))
             if HAS_LB:  # K3's safe gate: the decay never goes below exp(LB)
                 g = LB * (1.0 / (1.0 + tl.exp(-(a * x))))
             else:
@@ -378,18 +368,13 @@ def _phase_kda(pid, nprog, M, pad_slot, vindex,
             else:  # one token: q, k, the decay and beta once for all of the item's V chunks
                 q, k, beta = _qk_beta(win_ptr, s_cr, proj_ptr, t0, 0, head, cw_ptr, s_cw, P, D, NPROJ, KW, B_COL)
                 decay = tl.sum(tl.where(tt[:, None] == 0, decay_all, 0.0), axis=0)
-                for c in tl.static_range(VS // BV):
+                for c in range(0, VS // BV):
                     vr = vs * VS + c * BV + tl.arange(0, BV)
                     s_ptrs = ssm_ptr + slot * s_ss + head * s_sh + vr[:, None] * s_sv + d[None, :]
                     chv = 2 * P + head * D + vr
-                    if c == 0:
-                        S = S0
-                        v = v0
-                    else:
-                        S = tl.load(s_ptrs)
-                        v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, 0, chv, cw_ptr, s_cw, NPROJ, KW)
-                    S, o_v = _delta_rule(S, q, k, v, decay, beta)  # [BV, D] fp32: rows v, K contiguous
-                    tl.store(opre_ptr + t0 * P + head * D + vr, o_v.to(tl.bfloat16))
+                    v = _conv_silu(win_ptr, s_cr, proj_ptr, t0, 0, chv, cw_ptr, s_cw, NPROJ, KW)
+                    S, o = _delta_rule(tl.load(s_ptrs), q, k, v, decay, beta)  # [BV, D] fp32: rows v, K contiguous
+                    tl.store(opre_ptr + t0 * P + head * D + vr, o.to(tl.bfloat16))
                     tl.store(s_ptrs, S)
                     tl.debug_barrier()  # every thread has read the old v window before it moves
                     _write_window(win_ptr, s_cr, win_ptr, s_cr, proj_ptr, t0, 0, chv, NPROJ, KW)
