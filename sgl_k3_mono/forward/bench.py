@@ -15,9 +15,6 @@ M = 1, 2, 4, 8:
 - L2 hand-off (`--l2-next`): ours with each KDA layer's K1 asking L2 for its K2's o_proj
   weights during its recurrence (K1Plan.l2_next, off by default: measured slower, 994.3
   against 934.6 us at M 1, MXFP4, thirteenth session);
-- K1 gate last (`--k1-g-last`): ours with every K1 streaming its gate's rows during the
-  recurrence (K1Plan.g_last, off by default until timed); its launches column ("GL
-  launches us") beside ours;
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
   activations and the routed experts the step's rows really touch (each row its own
   token, so rows route apart as in serving).
@@ -62,8 +59,6 @@ def main(argv: list[str] | None = None) -> int:
                          "standard step's routed experts with them where it has the row count")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
-    ap.add_argument("--k1-g-last", action="store_true",
-                    help="also time the step with K1's gate streamed during the recurrence (K1Plan.g_last)")
     ap.add_argument("--tp", type=int, default=1,
                     help="ranks: 2, 4 or 8 GPUs of this host, one process each (torch.distributed.run); each rank "
                          "a Kimi-K3 TP-8 rank's widths, K2 reducing over the ranks, the common parts over NCCL")
@@ -122,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(every figure the slowest rank's); read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
     say(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15} "
-          f"{'L2 hand-off us':>15} {'GL launches us':>15}")
+          f"{'L2 hand-off us':>15}")
     from sgl_k3_mono.forward.standard import standard_launches
     from sgl_k3_mono.k2.sglang_moe import tuned_configs
 
@@ -169,11 +164,6 @@ def main(argv: list[str] | None = None) -> int:
             plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
             with_l2 = _graph_us(lambda: (state.lengths.zero_(),
                                          run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
-        gl = float("nan")  # the launches (step - bare) with every K1 under K1Plan.g_last
-        if args.k1_g_last:
-            plan_gl = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, g_last=True))
-            warm(model, plan_gl, bufs, deadline_s=10, barrier=barrier)
-            gl = timed(lambda: (state.lengths.zero_(), run_step(model, plan_gl, bufs, hooks, ids, deadline_s=10)))
         std, std_what = None, {}
         if args.fmt == "bf16":
             try:
@@ -202,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         sp = f"{std / full:12.2f}x" if std else f"{'n/a':>13}"
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
         say(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
-              f"{floor_us / ours:15.2f} {with_l2:15.1f} {gl - bare:15.1f}   experts/layer {sorted(touched.values())}"
+              f"{floor_us / ours:15.2f} {with_l2:15.1f}   experts/layer {sorted(touched.values())}"
               + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
         bufs = state = hooks = None  # (the closures above hold these names: drop what they point to)
         torch.cuda.empty_cache()

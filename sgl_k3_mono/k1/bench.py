@@ -215,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-phases", action="store_true", help="skip the per-phase timings")
     ap.add_argument("--carve", action="store_true",
                     help="K1Plan.carve: the launch's carveout fitted to its block (runtime/triton_smem)")
-    ap.add_argument("--g-last", action="store_true",
-                    help="K1Plan.g_last: the gate's rows streamed during the recurrence")
+    ap.add_argument("--g-last", choices=("on", "off"), default=None,
+                    help="K1Plan.g_last (the gate's rows streamed during the recurrence) on or off at every row "
+                         "count (default: the plan's, on in verify from 2 rows)")
     ap.add_argument("--block-k-g", type=int, default=None, help="K1Plan.block_k_g (with --g-last)")
     ap.add_argument("--seam-single", action="store_true",
                     help="one program a row for the seam (K1Plan.seam_split off), for comparison")
@@ -234,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         tiles["seam_split"] = False
     if args.carve:
         tiles["carve"] = True
-    if args.g_last:
-        tiles["g_last"] = True
+    if args.g_last is not None:
+        tiles["g_last"] = args.g_last == "on"
     if args.block_k_g is not None:
         tiles["block_k_g"] = args.block_k_g
     if args.warm_only:

@@ -59,9 +59,15 @@ def device_grid(device: torch.device | str | None = None) -> int:
     return torch.cuda.get_device_properties(dev).multi_processor_count
 
 
-def hip_tiles(hip: Optional[bool] = None) -> dict:
-    """Tile defaults for an AMD GPU: CDNA has 160 KB of LDS, so a shallower pipeline."""
-    return dict(num_stages=2) if (hip if hip is not None else torch.version.hip is not None) else {}
+def default_tiles(mode: str, rows: int, hip: Optional[bool] = None) -> dict:
+    """K1Plan's defaults that depend on the GPU and the step's shape. An AMD GPU: a shallower
+    pipeline (CDNA has 160 KB of LDS), no g_last (FlyDSL has none). sm_90: g_last in verify
+    from 2 rows, where the H100 timed it 1.2-3.6 us faster at 2 and 4 rows and no slower
+    at 8; in decode it gained nothing at 1 and 2 rows and lost 2-3.6 us at 4
+    (docs/evidence/k1-sm90.md, forty-fifth session)."""
+    if hip if hip is not None else torch.version.hip is not None:
+        return dict(num_stages=2, g_last=False)
+    return dict(g_last=mode == "verify" and rows >= 2)
 
 
 def _row_tile(rows: tuple[int, ...], grid: int, heights=(64, 48, 32, 16)) -> int:
@@ -127,13 +133,13 @@ class K1Plan:
     persistent launch only; a call without them asks for nothing). Off until `bench step`
     has timed it (its "L2 hand-off" column); the GPU test holds it bitwise harmless."""
     g_last: bool = False
-    """GL: stream the output gate's rows (a quarter of the in-projection's bytes, read only
+    """GL (the default in verify from 2 rows on sm_90: `default_tiles`): stream the output gate's rows (a quarter of the in-projection's bytes, read only
     by the gated norm at the phase's end) while the recurrence runs, instead of before it.
     The in-projection phase then covers q | k | v | f_a | b over the whole grid; after it,
     programs 0..kda_programs-1 run the recurrence (fewer V splits: `v_split`) and the rest
     stream the gate, counted on the sync buffer's TALLY word, which each head's gated norm
     waits for (bounded). The persistent launch only; phase by phase the gate's tiles end
-    the in-projection phase. Off until timed (docs/evidence/tried.md)."""
+    the in-projection phase."""
     block_k_g: int = 256
     """GL: the gate tiles' K step (fewer programs stream them, so more bytes a stage)."""
 
@@ -156,7 +162,7 @@ class K1Plan:
     def for_weights(cls, w: "K1Views | K1LocalWeights", rows: int, mode: str, *, bank_rows: int = 8,
                     eps: float = 1e-5, tp: int = 1, rank: int = 0, isa: str = "sm_90",
                     grid: Optional[int] = None, **tiles) -> "K1Plan":
-        tiles = {**hip_tiles(), **tiles}
+        tiles = {**default_tiles(mode, rows), **tiles}
         return cls(rows=rows, mode=mode, hidden=w.qkvg.shape[1], heads=w.heads, head_dim=w.head_dim,
                    conv_width=w.conv.shape[1], lower_bound=w.lower_bound, bank_rows=bank_rows, eps=eps,
                    tp=tp, rank=rank, isa=isa, grid=grid if grid is not None else device_grid(), **tiles)
@@ -165,7 +171,7 @@ class K1Plan:
     def from_dims(cls, dims: Any, rows: int, mode: str, *, rank: int = 0, isa: str = "sm_90",
                   grid: Optional[int] = None, **tiles) -> "K1Plan":
         """From a `K3Dims` (per-rank widths at dims.tp)."""
-        tiles = {**hip_tiles(), **tiles}
+        tiles = {**default_tiles(mode, rows), **tiles}
         return cls(rows=rows, mode=mode, hidden=dims.hidden, heads=dims.kda_heads_local,
                    head_dim=dims.kda_head_dim, conv_width=dims.conv_width, lower_bound=dims.gate_lower_bound,
                    bank_rows=dims.bank_rows(), eps=dims.rms_eps, tp=dims.tp, rank=rank, isa=isa,

@@ -14,7 +14,7 @@ def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: boo
 
     from sgl_k3_mono.configs import load_config
     from sgl_k3_mono.dims import K3Dims
-    from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, hip_tiles, launch_args
+    from sgl_k3_mono.k1.host import K1IO, K1Plan, K1Scratch, K1Views, default_tiles, launch_args
     from sgl_k3_mono.reference.attn_res import SeamWeights
 
     d = K3Dims.from_config(load_config("kimi-k3"), tp=tp)
@@ -27,7 +27,7 @@ def tp8_placeholder_launch(mode: str, rows: int, *, isa: str = "sm_90", hip: boo
                     o_norm=torch.empty(D, **bf), seam=SeamWeights(torch.empty(1, H, **bf), torch.empty(H, **bf),
                                                                   torch.empty(H, **bf)),
                     heads=h, head_dim=D, lower_bound=d.gate_lower_bound)
-    plan = K1Plan.from_dims(d, rows, mode, isa=isa, grid=grid, **{**hip_tiles(hip), **(tiles or {})})
+    plan = K1Plan.from_dims(d, rows, mode, isa=isa, grid=grid, **{**default_tiles(mode, rows, hip), **(tiles or {})})
     verify = mode == "verify"
     io = K1IO(prefix=torch.empty(rows, H, **bf), bank=torch.empty(rows, 8, H, **bf), nvb=4, write=write,
               slots=torch.empty(1 if verify else rows, dtype=slot_dtype or torch.int32),

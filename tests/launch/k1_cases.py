@@ -61,8 +61,8 @@ class Case:
     """K1Plan.seam_split: the seam spread over several programs a row (False: one a row)."""
     prefetch: int = 0
     """K1Plan.prefetch: bytes of each in-projection row asked into L2 during the seam."""
-    g_last: bool = False
-    """K1Plan.g_last: the gate's rows streamed during the recurrence."""
+    g_last: Optional[bool] = None
+    """K1Plan.g_last: the gate's rows streamed during the recurrence (None: the plan's default)."""
 
 
 def _rand_state(case: Case, lw, n_slots: int, g: torch.Generator):
@@ -129,7 +129,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
     views = K1Views.from_local(_shard_to(lw, device))
     plan = K1Plan.for_weights(views, case.rows, case.mode, bank_rows=NB, tp=case.tp, rank=case.rank,
                               isa=case.isa, grid=case.grid, seam_split=case.seam_split, prefetch=case.prefetch,
-                              g_last=case.g_last)
+                              **({} if case.g_last is None else {"g_last": case.g_last}))
     scratch = K1Scratch.allocate(plan, device)
     m = case.rows
     n_slots = m + 3
@@ -147,7 +147,7 @@ def run_case(case: Case, device: str = "cpu", *, scratch_keep: Optional[dict] = 
         vbuf = (torch.randn(3, m + 1, kw - 1, 3 * p, generator=g).bfloat16(),
                 torch.randn(3, m + 1, h, d, d, generator=g))
     res = {"case": case.name, "plan": {k: v for k, v in plan.constexprs().items() if k in ("BN_EFF", "NV", "BV")}}
-    if case.g_last:
+    if plan.g_last:
         res["plan"].update({k: plan.constexprs()[k] for k in ("GL", "NKP", "BNG_EFF")})
     ref_io = None
     ours_io = None

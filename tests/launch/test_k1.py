@@ -47,10 +47,11 @@ CPU_CASES = [
     Case("verify M=5 grid 16 (V split 8)", 256, 2, 5, mode="verify", nvb=1, grid=16, seed=7),
     Case("verify M=8 TP2 rank 1, block write", 512, 4, 8, mode="verify", tp=2, rank=1, nvb=4, write=True, seed=8),
     Case("verify M=6 TP2 rank 0", 512, 4, 6, mode="verify", tp=2, rank=0, nvb=6, contrib=False, seed=9),
-    # GL: phase by phase the gate's tiles end the in-projection phase (grid 8: 2 gate programs)
+    # GL (K1Plan.g_last, the default in verify from 2 rows): phase by phase the gate's tiles end
+    # the in-projection phase (grid 8); in decode it is an option, in verify it can be turned off
     Case("decode M=2 gate last (GL)", 256, 2, 2, nvb=3, seed=17, grid=8, g_last=True),
-    Case("verify M=3 gate last (GL), TP2 rank 1", 512, 4, 3, mode="verify", tp=2, rank=1, nvb=2, seed=18, grid=8,
-         g_last=True),
+    Case("verify M=3 TP2 rank 1, gate last (GL) off", 512, 4, 3, mode="verify", tp=2, rank=1, nvb=2, seed=18,
+         grid=8, g_last=False),
     # the seam over several programs a row (grid 16: 256-column slices, 2 a row at H 512;
     # at grid 4 most cases above get one slice a row, M=8 the one-program seam)
     Case("decode M=3 split seam (2 slices), block write", 512, 4, 3, nvb=4, write=True, seed=15, grid=16),
@@ -76,10 +77,13 @@ GPU_CASES = [
     Case("TP8 shapes verify M=4, in-projection prefetch", **REAL, rows=4, mode="verify", nvb=2, seed=54,
          prefetch=14336),
     # GL: the gate's rows streamed by a quarter to a half of the grid during the recurrence
+    # (the verify cases above have it from 2 rows, the default): on in decode and at 1 row,
+    # off in verify
     *[Case(f"TP8 shapes decode M={m}, gate last (GL)", **REAL, rows=m, nvb=m - 1, seed=80 + m, g_last=True)
       for m in (1, 2, 4, 8)],
-    *[Case(f"TP8 shapes verify M={m}, gate last (GL)", **REAL, rows=m, mode="verify", nvb=3, seed=90 + m,
-           g_last=True) for m in (1, 8)],
+    Case("TP8 shapes verify M=1, gate last (GL)", **REAL, rows=1, mode="verify", nvb=3, seed=91, g_last=True),
+    *[Case(f"TP8 shapes verify M={m}, gate last (GL) off", **REAL, rows=m, mode="verify", nvb=3, seed=94 + m,
+           g_last=False) for m in (4, 8)],
     Case("TP8 rank 5 of the full layer, decode M=4", **FULL, rows=4, tp=8, rank=5, nvb=2, seed=51),
     Case("TP8 rank 7 of the full layer, verify M=8", **FULL, rows=8, mode="verify", tp=8, rank=7, nvb=4, seed=52),
 ]
@@ -130,14 +134,15 @@ def test_k1_64_decode_steps_stay_within_bounds(impl):
 # ---- GPU only ------------------------------------------------------------------------------
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,g_last", [("decode", False), ("verify", False), ("decode", True)])
+@pytest.mark.parametrize("mode,g_last", [("decode", None), ("verify", None), ("decode", True)])
 def test_cuda_graph_1000_replays_bitwise(mode, g_last):
     """Captured once, replayed 1000 times from the same inputs and states: bitwise the same
-    every time (the barrier counters and last-arriver counters reset themselves)."""
+    every time (the barrier counters, last-arriver counters and GL's gate count reset
+    themselves). At 8 rows: verify with GL (the default), decode without it and with it."""
     graph_replays_bitwise(mode, "triton", g_last)
 
 
-def graph_replays_bitwise(mode: str, impl: str, g_last: bool = False) -> None:
+def graph_replays_bitwise(mode: str, impl: str, g_last=None) -> None:
     """The graph test's body for either device code (test_k1_flydsl runs it with "flydsl")."""
     import torch
 
@@ -196,8 +201,8 @@ def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
     from sgl_k3_mono.k1.host import launch_args, run_k1
 
     keep: dict = {}
-    run_case(Case(f"l2 next {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=71, phased=False), "cuda",
-             scratch_keep=keep)
+    run_case(Case(f"l2 next {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=71, phased=False, g_last=False),
+             "cuda", scratch_keep=keep)  # (l2_next and g_last both fill the recurrence's idle HBM: exclusive)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
     plan = dc.replace(plan, l2_next=True)
     wo = torch.randn(7168, 1536, device="cuda").bfloat16()  # a TP-8 rank's o_proj

@@ -27,7 +27,7 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              head's 64 KB of state to several SMs). The last item of a (row, head) to
              finish (an atomic counter, no barrier) writes the q/k conv windows and the
              gated output RMSNorm, which needs all 128 outputs of the head.
-             GL (K1Plan.g_last, off by default): the gate's rows (a quarter of the
+             GL (K1Plan.g_last; on sm_90 the default in verify from 2 rows): the gate's rows (a quarter of the
              in-projection's bytes; only the gated norm reads them) leave phase 1; as
              phase 2 starts, programs NKP.. stream them (they arrive at barrier 1 without
              waiting there) while programs 0..NKP-1 run the items, and the gated norm waits
@@ -460,7 +460,8 @@ def k1_kernel(
         t0 = now_ns(HIP)
         maybe_stall(stall_phase, 0, t0, deadline_ns, err_addr, rank, layer, 0, HIP)
         if PF > 0:  # HBM idles through the seam: the head of this program's first in-projection tile into L2
-            _prefetch_first_tile(pid, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, 4 * P, D, HL, BN, BN_EFF, PF, NT)
+            _prefetch_first_tile(pid, wq_ptr, s_wq, wf_ptr, s_wf, wb_ptr, s_wb, 3 * P if GL else 4 * P, D, HL, BN,
+                                 BN_EFF, PF, NT)
     if (PHASE == -1) and SEAM_SPLIT:
         split_seam_persistent(pid, M, nvb, eps,
                               prefix_ptr, s_pm, contrib_ptr, s_cm, bank_ptr, s_bm, s_bj, resid_ptr, s_rm,
