@@ -58,3 +58,13 @@ def test_step_std_runs_a_process_a_row_count(tmp_path):
     cmds = [c for c in _dry(tmp_path, "step-std", ROWS="1,2,8", STD_CONFIG="none.json")
             if c[:3] == ["-m", "sgl_k3_mono.cli", "bench"]]
     assert [c[c.index("--rows") + 1] for c in cmds] == ["1", "2", "8"]
+
+
+def test_k1_variants_compile_apart_and_time_twice_in_turn(tmp_path):
+    cmds = [c for c in _dry(tmp_path, "k1", "k1-gl", "", "--g-last off", K1_ROWS="2,4")
+            if c[:2] == ["-m", "sgl_k3_mono.k1.bench"]]
+    warm = [c for c in cmds if "--warm-only" in c]
+    timed = [c for c in cmds if "--warm-only" not in c]
+    assert sorted(c[c.index("--warm-only") + 1:] for c in warm) == [[], ["--g-last", "off"]]
+    assert [c[c.index("--no-phases") + 1:] for c in timed] == [[], ["--g-last", "off"]] * 2
+    assert all(c[c.index("--rows") + 1] == "2,4" for c in cmds)

@@ -62,8 +62,8 @@ def device_grid(device: torch.device | str | None = None) -> int:
 def default_tiles(mode: str, rows: int, hip: Optional[bool] = None) -> dict:
     """K1Plan's defaults that depend on the GPU and the step's shape. An AMD GPU: a shallower
     pipeline (CDNA has 160 KB of LDS), no g_last (FlyDSL has none). sm_90: g_last in verify
-    from 2 rows, where the H100 timed it 1.2-3.6 us faster at 2 and 4 rows and no slower
-    at 8; in decode it gained nothing at 1 and 2 rows and lost 2-3.6 us at 4
+    from 2 rows, where the H100 timed it 0.4-2.4 us a launch faster at 2-7 rows and no
+    slower at 8; in decode it gained nothing at 1 and 2 rows and lost 3.6 us at 4
     (docs/evidence/k1-sm90.md, forty-fifth session)."""
     if hip if hip is not None else torch.version.hip is not None:
         return dict(num_stages=2, g_last=False)
@@ -133,8 +133,9 @@ class K1Plan:
     persistent launch only; a call without them asks for nothing). Off until `bench step`
     has timed it (its "L2 hand-off" column); the GPU test holds it bitwise harmless."""
     g_last: bool = False
-    """GL (the default in verify from 2 rows on sm_90: `default_tiles`): stream the output gate's rows (a quarter of the in-projection's bytes, read only
-    by the gated norm at the phase's end) while the recurrence runs, instead of before it.
+    """GL (on sm_90 the default in verify from 2 rows: `default_tiles`): stream the output
+    gate's rows (a quarter of the in-projection's bytes, read only by the gated norm at the
+    phase's end) while the recurrence runs, instead of before it.
     The in-projection phase then covers q | k | v | f_a | b over the whole grid; after it,
     programs 0..kda_programs-1 run the recurrence (fewer V splits: `v_split`) and the rest
     stream the gate, counted on the sync buffer's TALLY word, which each head's gated norm
@@ -221,11 +222,12 @@ class K1Plan:
     @property
     def kda_programs(self) -> int:
         """NKP: under g_last, the programs that run the recurrence's items (at most three
-        quarters of the grid: the rest stream the gate); the whole grid otherwise."""
+        quarters of the grid, and never all of it: the rest stream the gate); the whole grid
+        otherwise."""
         if not self.g_last:
             return self.grid
         items = self.heads * (1 if self.mode == "verify" else self.rows) * self.v_split
-        return max(1, min(items, self.grid - self.grid // 4))
+        return max(1, min(items, self.grid - max(1, self.grid // 4)))
 
     @property
     def gate_tile(self) -> int:
@@ -608,10 +610,10 @@ def run_k1(plan: K1Plan, views: K1Views, io: K1IO, *, impl: str = "triton", scra
 def _launch_flydsl(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, phases, layer: int,
                    deadline_s: float) -> None:
     """The FlyDSL K1 (k1/flydsl/, gfx950): the same launch_args, the plan's grid."""
+    _need(not plan.g_last, "run_k1: impl 'flydsl' has no g_last (the gate streamed during the recurrence)")
     _need(io.out.is_cuda and torch.version.hip is not None,
           "run_k1: impl 'flydsl' runs on a HIP (gfx950) device only; the tensors are on "
           f"{io.out.device} with torch.version.hip={torch.version.hip}")
-    _need(not plan.g_last, "run_k1: impl 'flydsl' has no g_last (the gate streamed during the recurrence)")
     from sgl_k3_mono.k1.flydsl.launch import run_fly
 
     args, meta = launch_args(plan, views, io, scratch, layer=layer, deadline_s=deadline_s)

@@ -385,3 +385,38 @@ def test_k1_scalars_that_change_between_layers_are_not_specialised():
     params = {p.name: p for p in k1_kernel.params}
     assert set(K1_RUNTIME_SCALARS) <= set(params)
     assert all(params[n].do_not_specialize and not params[n].is_constexpr for n in K1_RUNTIME_SCALARS)
+
+
+def test_gate_last_is_the_sm90_verify_default_and_its_split_covers_every_row():
+    """K1Plan.g_last (the output gate's rows streamed during the recurrence): on sm_90 the
+    default in verify from 2 rows and nowhere in decode; never on an AMD GPU, where FlyDSL,
+    which has no such launch, refuses it. Its tiles cover every in-projection row and every
+    gate row, the recurrence's items fit its programs in one round where they can, and at
+    least a quarter of the grid streams the gate (grids of 132, 78, 16, 3 and 2 programs)."""
+    import json
+
+    import pytest as _pt
+
+    from sgl_k3_mono.dims import K3Dims
+    from sgl_k3_mono.k1.host import K1Plan, default_tiles, run_k1
+    from sgl_k3_mono.k1.placeholders import tp8_placeholder_launch
+
+    assert [default_tiles("verify", m, hip=False)["g_last"] for m in range(1, 9)] == [False] + [True] * 7
+    assert not any(default_tiles("decode", m, hip=False)["g_last"] for m in range(1, 9))
+    assert not any(default_tiles(mode, m, hip=True)["g_last"] for mode in ("decode", "verify") for m in (1, 8))
+    d = K3Dims.from_config(json.loads((HERE.parents[1] / "configs/kimi-k3/config.json").read_text()), tp=8)
+    for grid in (132, 78, 16, 3, 2):
+        for mode in ("decode", "verify"):
+            for m in range(1, 9):
+                plan = K1Plan.from_dims(d, m, mode, grid=grid, g_last=True)
+                cx = plan.constexprs()
+                assert cx["GL"] and (plan.in_proj_tiles <= grid or grid < 132)  # one round at 132 SMs: 130 tiles
+                assert -(-plan.proj // cx["BNG_EFF"]) * cx["BNG_EFF"] >= plan.proj and cx["BNG_EFF"] <= 64
+                items = plan.heads * (1 if mode == "verify" else m) * plan.v_split
+                room = grid - max(1, grid // 4)  # the gate's programs: a quarter of the grid, at least one
+                assert 1 <= cx["NKP"] <= room and cx["NKP"] == min(items, room)
+    with _pt.raises(ValueError, match="exclusive"):
+        K1Plan.from_dims(d, 2, "verify", grid=132, l2_next=True)
+    plan, views, io, scratch, *_ = tp8_placeholder_launch("verify", 4, tiles=dict(g_last=True))
+    with _pt.raises(ValueError, match="no g_last"):
+        run_k1(plan, views, io, impl="flydsl", scratch=scratch)
