@@ -268,7 +268,7 @@ _STALL_SCRIPT = textwrap.dedent("""
     sys.path[:0] = [{here!r}, {root!r}]
     import torch
     from k1_cases import Case, run_case
-    case = Case("stall", 1024, 4, 2, nvb=1, seed=1, phased=False)
+    case = Case("stall", 1024, 4, 2, mode={mode!r}, nvb=1, seed=1, phased=False)
     try:
         run_case(case, "cuda")
         torch.cuda.synchronize()
@@ -281,14 +281,17 @@ _STALL_SCRIPT = textwrap.dedent("""
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("phase", ["seam", "in_proj", "kda"])
-def test_fault_injection_stops_the_process(phase):
+@pytest.mark.parametrize("phase,mode", [("seam", "decode"), ("in_proj", "decode"), ("kda", "decode"),
+                                        ("in_proj", "verify"), ("kda", "verify")])
+def test_fault_injection_stops_the_process(phase, mode):
     """SGL_K3_MONO_STALL holds rank 0 at layer 3 in the chosen phase; with a 2 s deadline the
-    process exits with EXIT_CODE within deadline + 5 s, and stderr names rank, layer, K1, phase."""
+    process exits with EXIT_CODE within deadline + 5 s, and stderr names rank, layer, K1, phase.
+    Verify at 2 rows runs GL (its default there): the gate's programs pass barrier 1 without
+    waiting, and the stalled program is one of the recurrence's."""
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     env = {**os.environ, "SGL_K3_MONO_STALL": f"0:3:k1:{phase}", "SGL_K3_MONO_DEADLINE_S": "2"}
-    script = _STALL_SCRIPT.format(here=str(HERE), root=str(HERE.parent.parent))
+    script = _STALL_SCRIPT.format(here=str(HERE), root=str(HERE.parent.parent), mode=mode)
     # warm the compile cache first, so the clock below measures the stall, not the compile
     warm = subprocess.run([sys.executable, "-c", script.replace("time.sleep(30)", "sys.exit(0)")],
                           env={k: v for k, v in env.items() if k != "SGL_K3_MONO_STALL"},

@@ -68,7 +68,7 @@ def test_fly_fault_injection_stops_the_process(phase):
     from sgl_k3_mono.runtime.failure import EXIT_CODE
 
     env = {**os.environ, "SGL_K3_MONO_STALL": f"0:3:k1:{phase}", "SGL_K3_MONO_DEADLINE_S": "2"}
-    script = _STALL_SCRIPT.format(here=str(HERE), root=str(HERE.parent.parent)).replace(
+    script = _STALL_SCRIPT.format(here=str(HERE), root=str(HERE.parent.parent), mode="decode").replace(
         "phased=False)", "phased=False, impl='flydsl')")
     assert "impl='flydsl'" in script
     t0 = time.monotonic()
