@@ -27,11 +27,12 @@ The phases (names in PHASES, used by failure messages and SGL_K3_MONO_STALL):
              head's 64 KB of state to several SMs). The last item of a (row, head) to
              finish (an atomic counter, no barrier) writes the q/k conv windows and the
              gated output RMSNorm, which needs all 128 outputs of the head.
-             GL (K1Plan.g_last; on sm_90 the default in verify from 2 rows): the gate's rows (a quarter of the
-             in-projection's bytes; only the gated norm reads them) leave phase 1; as
-             phase 2 starts, programs NKP.. stream them (they arrive at barrier 1 without
-             waiting there) while programs 0..NKP-1 run the items, and the gated norm waits
-             for the gate tiles' count. HBM keeps streaming through the recurrence.
+             GL (K1Plan.g_last; on sm_90 the default in verify from 2 rows): the gate's
+             rows (a quarter of the in-projection's bytes; only the gated norm reads them)
+             leave phase 1; as phase 2 starts, programs NKP.. stream them (they arrive at
+             barrier 1 without waiting there) while programs 0..NKP-1 run the items, and
+             the gated norm waits for the gate tiles' count. HBM keeps streaming through
+             the recurrence.
              With NXB > 0 (K1Plan.l2_next, off by default), as the phase starts each
              program asks L2 for its share of the rows the next launch reads first
              (K1IO.l2_next: the layer's o_proj), so K2's first phase can find them
@@ -512,7 +513,7 @@ def k1_kernel(
                 l2_prefetch_rows(nx_ptr + r0.to(tl.int64) * nx_stride, nx_stride * 2,
                                  tl.minimum(nx_per, nx_rows - r0), NXR, NXB, NT)
         else:
-            t0 = 0
+            t0 = 0  # (phase by phase nothing in the phase waits)
         _phase_kda(pid, NKP if (GL and PHASE == -1) else nprog, M, pad_slot, vindex,
                    proj_ptr, fb_ptr, s_fb, cw_ptr, s_cw, alog_ptr, dtb_ptr, onw_ptr, slots_ptr,
                    conv_ptr, s_cs, s_cr, ssm_ptr, s_ss, s_sh, s_sv,
