@@ -398,7 +398,6 @@ def test_gate_last_is_the_sm90_verify_default_and_its_split_covers_every_row():
     least a quarter of the grid streams the gate (grids of 132, 78, 16, 3 and 2 programs)."""
     import json
 
-    import pytest as _pt
 
     from sgl_k3_mono.dims import K3Dims
     from sgl_k3_mono.k1.host import K1Plan, default_tiles, run_k1
@@ -418,8 +417,8 @@ def test_gate_last_is_the_sm90_verify_default_and_its_split_covers_every_row():
                 items = plan.heads * (1 if mode == "verify" else m) * plan.v_split
                 room = grid - max(1, grid // 4)  # the gate's programs: a quarter of the grid, at least one
                 assert 1 <= cx["NKP"] <= room and cx["NKP"] == min(items, room)
-    with _pt.raises(ValueError, match="exclusive"):
+    with pytest.raises(ValueError, match="exclusive"):
         K1Plan.from_dims(d, 2, "verify", grid=132, l2_next=True)
     plan, views, io, scratch, *_ = tp8_placeholder_launch("verify", 4, tiles=dict(g_last=True))
-    with _pt.raises(ValueError, match="no g_last"):
+    with pytest.raises(ValueError, match="no g_last"):
         run_k1(plan, views, io, impl="flydsl", scratch=scratch)

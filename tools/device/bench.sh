@@ -24,14 +24,14 @@
 #                                        # traced (~9 min)
 #   AB_OLD=DIR bash tools/device/bench.sh ab-tree  # every K1 GPU test and K2's small and real groups, then K2 and
 #                                        # K1 timed here against the tree in DIR (~8 min)
-#   bash tools/device/bench.sh sweep-k1  # K1's in-projection prefetch, decode and verify (~4 min)
 #   bash tools/device/bench.sh k1 NAME VARIANT...  # bench k1 for each VARIANT (its flags, "" the defaults),
 #                                        # decode and verify, compiled in parallel, then timed twice in turn
 #                                        # (K1_ROWS, default 1,2,4,8; ~1 min a timed run)
 #   bash tools/device/bench.sh ncu-src [ROWS:BLOCK...]  # the persistent launch under Nsight Compute, SASS line
 #                                        # by line (issue, memory, stalls; ~1 min a spec; one .tgz back)
 #   bash tools/device/bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...  # one K2 sweep of the blocks given
-# A mode that one session's A/B needed once (standard and sgmoe-tune: bf16-gate and step-std now; cands,
+# A mode that one session's A/B needed once (standard and sgmoe-tune: bf16-gate and step-std now; sweep-k1:
+# `k1 NAME "--prefetch 0" "--prefetch 4096"` now; cands,
 # dense2, m1; sweep-experts, ring, carve, sdu, xdb, l2b, xet, fr, lsq, upf,
 # stages, odd-rows, owed (gate-rest covers it), ncu-mem (ncu-src profiles the persistent launch), ...)
 # lives in the git history at the commit docs/evidence names for its call; gate and ab are their common form.
@@ -222,13 +222,6 @@ case "${1:-}" in
       echo "== K1 $tree"; ( cd $d && PYTHONPATH=/tmp/site:$PWD $k1t 2>&1 | tail -9 )
     done | tee "$OUT/k1-ab.log"
     cat "$OUT/k1-gpu.out" "$OUT/k2-one-gpu.out" ;;
-  sweep-k1)
-    k1w="timeout 200 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --warm-only --prefetch"
-    warm "$OUT/k1-warm.log" "$k1w 0" "$k1w 4096" "$k1w 14336"
-    for pf in 0 4096 14336; do
-      ( timeout 90 python3 -m sgl_k3_mono.k1.bench --modes decode,verify --no-phases --prefetch $pf 2>&1 \
-          | tail -9 ) | tee -a "$OUT/k1-prefetch.log"
-    done ;;
   k1)  # K1 variants side by side: each pass times every variant once, in the order given
     shift; k1n=$1; shift
     k1c=()
@@ -274,6 +267,6 @@ case "${1:-}" in
     done 2>&1 | tee "$OUT/ncu-src.log"
     ( cd "$OUT" && tar czf ncu-src.tgz ncu-src[-.]* --remove-files ) ;;  # one file back (a call returns few)
   k2) shift; k2_sweep "$@" ;;  # bench.sh k2 NAME TIMEOUT FORMATS ROWS BLOCK...: any K2 sweep (K2_EXTRA too)
-  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|trace|defaults|gate|gate-rest|ab|ab-tree|sweep-k1|ncu-src|k2 ..." >&2
+  *) echo "usage: bench.sh launches|step|step-mx|bf16-gate|step-std|trace|defaults|gate|gate-rest|ab|ab-tree|k1|ncu-src|k2 ..." >&2
      exit 2 ;;
 esac
