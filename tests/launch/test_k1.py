@@ -396,9 +396,7 @@ def test_gate_last_is_the_sm90_verify_default_and_its_split_covers_every_row():
     which has no such launch, refuses it. Its tiles cover every in-projection row and every
     gate row, the recurrence's items fit its programs in one round where they can, and at
     least a quarter of the grid streams the gate (grids of 132, 78, 16, 3 and 2 programs)."""
-    import json
-
-
+    from sgl_k3_mono.configs import load_config
     from sgl_k3_mono.dims import K3Dims
     from sgl_k3_mono.k1.host import K1Plan, default_tiles, run_k1
     from sgl_k3_mono.k1.placeholders import tp8_placeholder_launch
@@ -406,7 +404,7 @@ def test_gate_last_is_the_sm90_verify_default_and_its_split_covers_every_row():
     assert [default_tiles("verify", m, hip=False)["g_last"] for m in range(1, 9)] == [False] + [True] * 7
     assert not any(default_tiles("decode", m, hip=False)["g_last"] for m in range(1, 9))
     assert not any(default_tiles(mode, m, hip=True)["g_last"] for mode in ("decode", "verify") for m in (1, 8))
-    d = K3Dims.from_config(json.loads((HERE.parents[1] / "configs/kimi-k3/config.json").read_text()), tp=8)
+    d = K3Dims.from_config(load_config("kimi-k3"), tp=8)
     for grid in (132, 78, 16, 3, 2):
         for mode in ("decode", "verify"):
             for m in range(1, 9):
