@@ -15,9 +15,17 @@ M = 1, 2, 4, 8:
 - L2 hand-off (`--l2-next`): ours with each KDA layer's K1 asking L2 for its K2's o_proj
   weights during its recurrence (K1Plan.l2_next, off by default: measured slower, 994.3
   against 934.6 us at M 1, MXFP4, thirteenth session);
+- `--kernels`: each kernel of one replay of ours as the profiler saw it (duration, idle gap
+  before it); `--order-check`: ours and the bare step again, back to back, right after the
+  first timing and after every column (the launches column's two terms from one moment);
 - the launches' byte floor at the read bandwidth measured in the run: their weights,
   activations and the routed experts the step's rows really touch (each row its own
   token, so rows route apart as in serving).
+
+Every timing is taken past the process's first CUDA graphs (timing.settle_graphs): before
+the forty-eighth session the 1-row row timed ours on the process's third graph, which
+replayed ~50 us (0.34 us a kernel boundary) faster than any later graph, while the bare and
+standard steps were timed later.
 
 The harness's MLA, layer 0 and logits are plain torch, not SGLang's kernels, so the
 whole-step numbers are not serving numbers; the launch columns (step - bare) are what a
@@ -31,6 +39,7 @@ common parts as the tests' fp32 hooks over NCCL; every figure the slowest rank's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -59,6 +68,13 @@ def main(argv: list[str] | None = None) -> int:
                          "standard step's routed experts with them where it has the row count")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print each kernel of one replay of ours (profiler, graph replays): duration and the "
+                         "idle gap before it")
+    ap.add_argument("--order-check", action="store_true",
+                    help="also time ours and the bare step back to back, twice, right after ours' first timing and "
+                         "after every column, with the pools as they are and zeroed (does a timing depend on what "
+                         "ran before it in the process?)")
     ap.add_argument("--tp", type=int, default=1,
                     help="ranks: 2, 4 or 8 GPUs of this host, one process each (torch.distributed.run); each rank "
                          "a Kimi-K3 TP-8 rank's widths, K2 reducing over the ranks, the common parts over NCCL")
@@ -86,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world, group = _rank_group(args.tp)
     say = print if rank == 0 else (lambda *a, **k: None)
     from sgl_k3_mono.budget import expected_experts, k1_bytes, k2_bytes
-    from sgl_k3_mono.forward import harness, launches
+    from sgl_k3_mono.forward import harness
     from sgl_k3_mono.forward.build import ServerStep, plans_for
     from sgl_k3_mono.forward.plan import StepBuffers
     from sgl_k3_mono.forward.step import run_step
@@ -158,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
 
         touched = _experts_touched(step)
         full = timed(step)
+        if args.order_check:
+            _order_pairs(say, m, "right after ours", step, timed, state)
+        kern = _kernels(step) if args.kernels else None
         # the same step with each KDA layer's K1 asking L2 for its K2's o_proj (K1Plan.l2_next)
         with_l2 = float("nan")
         if args.l2_next:
@@ -172,13 +191,10 @@ def main(argv: list[str] | None = None) -> int:
                     std = timed(step)
             except ImportError as e:  # SGLang's Triton MoE ops (the kit) missing: the column says so
                 say(f"bench step: the standard step did not run ({type(e).__name__}: {e})", flush=True)
-        k1, k2 = launches.k1, launches.k2
-        launches.k1 = lambda *a, **k: None
-        launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
-        try:
+        with _launches_off():
             bare = timed(step)
-        finally:
-            launches.k1, launches.k2 = k1, k2
+        if args.order_check:
+            _order_pairs(say, m, "after every column", step, timed, state)
         floor = sum(k1_bytes(d, i, m, "decode").total for i in d.kda_layers)
         for i, n in touched.items():  # the experts this step's rows really route to, per layer
             b = k2_bytes(d, i, m, args.fmt, d.kda_heads * d.kda_head_dim)
@@ -194,12 +210,79 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
               f"{floor_us / ours:15.2f} {with_l2:15.1f}   experts/layer {sorted(touched.values())}"
               + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
+        if kern is not None:
+            _print_kernels(say, m, kern)
         bufs = state = hooks = None  # (the closures above hold these names: drop what they point to)
         torch.cuda.empty_cache()
     if world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+@contextlib.contextmanager
+def _launches_off():
+    """Within the block the step's K1 and K2 are no-ops (the bare step: what the common
+    parts cost)."""
+    from sgl_k3_mono.forward import launches
+
+    k1, k2 = launches.k1, launches.k2
+    launches.k1 = lambda *a, **k: None
+    launches.k2 = lambda plan_, bufs_, w_, attn, nvb, prefix, out, **k: out
+    try:
+        yield
+    finally:
+        launches.k1, launches.k2 = k1, k2
+
+
+def _order_pairs(say, m: int, when: str, step, timed, state) -> None:
+    """Ours and the bare step timed back to back, twice with the harness's pools as they
+    are and twice zeroed before each timing (as the first timing finds them); each line
+    says how far the pools had grown. The forty-eighth session found the table's 1-row
+    launches column ~50 us short this way (the first graphs of a process replay faster)."""
+    def zero():
+        for st in state.kda.values():
+            st.conv_pool.zero_()
+            st.ssm_pool.zero_()
+        for c in state.mla.values():
+            c.zero_()
+
+    def grown() -> str:
+        ssm = [st.ssm_pool for st in state.kda.values()]
+        return (f"max |ssm| {max(float(t.abs().amax()) for t in ssm):.3g}, "
+                f"non-finite {sum(int((~t.isfinite()).sum()) for t in ssm)}")
+
+    for reset in (False, True):
+        for r in (1, 2):
+            if reset:
+                zero()
+            before = grown()
+            ours = timed(step)
+            if reset:
+                zero()
+            with _launches_off():
+                bare = timed(step)
+            say(f"order M {m} {when}{', pools zeroed' if reset else ''} ({r}): ours {ours:8.1f} bare {bare:8.1f} "
+                f"launches {ours - bare:8.1f}  (pools before: {before}; after: {grown()})", flush=True)
+
+
+def _kernels(fn):
+    """timing.graph_kernels_us(fn), or None with the reason printed (the table still prints)."""
+    from sgl_k3_mono.timing import graph_kernels_us
+
+    try:
+        return graph_kernels_us(fn)
+    except Exception as e:  # the profiler (CUPTI) may be missing or busy: say so, keep the step's figures
+        print(f"bench step --kernels: no kernel list ({type(e).__name__}: {e})", flush=True)
+        return None
+
+
+def _print_kernels(say, m: int, kernels) -> None:
+    """One replay's kernels in order: duration and the idle gap before each, then the sums."""
+    say(f"kernels M {m}: {'#':>3} {'us':>8} {'gap us':>7}  name")
+    for i, (name, us, gap) in enumerate(kernels):
+        say(f"kernels M {m}: {i:>3} {us:8.1f} {gap:7.1f}  {name[:70]}")
+    say(f"kernels M {m}: sum {sum(k[1] for k in kernels):8.1f} {sum(k[2] for k in kernels):7.1f}")
 
 
 def _rank_group(tp: int):
