@@ -37,14 +37,15 @@ def settle_graphs() -> None:
     _settled = True
 
 
-def graph_time_us(fn: Callable[[], object], *, iters: int = 200, reps: int = 7, per: int = 1) -> float:
-    """Median microseconds of one `fn` call divided by `per` (e.g. the layers `fn` runs):
-    `fn` captured once into a CUDA graph, the graph replayed `iters` times between two
-    events, `reps` such timings (past the process's first graphs: settle_graphs)."""
+def captured(fn: Callable[[], object], *, settle: bool = True):
+    """`fn` run once (compiling and allocating outside the capture), then captured into a
+    CUDA graph and replayed three times: the graph, ready to time. `settle`: past the
+    process's first graphs (settle_graphs) first."""
     import torch
 
-    settle_graphs()
-    fn()  # compile and allocate outside the capture
+    if settle:
+        settle_graphs()
+    fn()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -52,6 +53,21 @@ def graph_time_us(fn: Callable[[], object], *, iters: int = 200, reps: int = 7, 
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time_us(fn: Callable[[], object], *, iters: int = 200, reps: int = 7, per: int = 1) -> float:
+    """Median microseconds of one `fn` call divided by `per` (e.g. the layers `fn` runs):
+    `fn` captured once into a CUDA graph, the graph replayed `iters` times between two
+    events, `reps` such timings (past the process's first graphs: settle_graphs)."""
+    return replay_time_us(captured(fn), iters=iters, reps=reps) / per
+
+
+def replay_time_us(g, *, iters: int = 200, reps: int = 7) -> float:
+    """Median microseconds of one replay of graph `g`: `iters` replays between two events,
+    `reps` such timings."""
+    import torch
+
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -60,7 +76,7 @@ def graph_time_us(fn: Callable[[], object], *, iters: int = 200, reps: int = 7, 
             g.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / iters / per)
+        times.append(a.elapsed_time(b) * 1e3 / iters)
     return statistics.median(times)
 
 
@@ -72,15 +88,7 @@ def graph_kernels_us(fn: Callable[[], object], *, reps: int = 10) -> list[tuple[
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    settle_graphs()
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
+    g = captured(fn)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
             g.replay()

@@ -2,42 +2,29 @@
 
 bench step timed its first graph (ours) ~55 us faster than any later graph of the same
 step (s48 calls 4-5: the pools zeroed or not, before or after the other columns). This
-probe asks the same of plain torch: a chain of N small kernels captured as graphs A, B, C;
-A timed alone, then A and B alive together, then after B is destroyed, then a fresh C.
-Prints the median replay time of each (us). `--settle`: sgl_k3_mono.timing.settle_graphs()
-first, as every benchmark's timing now does."""
+probe asks the same of plain torch: one chain of N small kernels captured as graphs A, B,
+C and D, each timed as it comes, A again beside B and after B is destroyed (s48 call 6: A,
+B and C 394 us, D 451 at N 150). Prints the median replay time of each (us). `--settle`:
+sgl_k3_mono.timing.settle_graphs() first, as every benchmark's timing now does (call 7:
+all of them 451-452 us). Run from the checkout (tools/device/env.sh puts it on the path)."""
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 
 
 def capture(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    return g
+    from sgl_k3_mono.timing import captured
+
+    return captured(fn, settle=False)  # (settled or not is this probe's question)
 
 
-def replay_us(g, iters=50, reps=7) -> float:
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / iters)
-    return statistics.median(out)
+def replay_us(g) -> float:
+    from sgl_k3_mono.timing import replay_time_us
+
+    return replay_time_us(g, iters=50, reps=7)
 
 
 def main() -> int:
