@@ -13,8 +13,9 @@ M = 1, 2, 4, 8:
   as bf16 GEMMs like a served step (`forward.bench_hooks`), `--common fp32` as the
   tests' reference-exact hooks (fp32-widened weights);
 - L2 hand-off (`--l2-next`): ours with each KDA layer's K1 asking L2 for its K2's o_proj
-  weights during its recurrence (K1Plan.l2_next, off by default: measured slower, 994.3
-  against 934.6 us at M 1, MXFP4, thirteenth session);
+  weights during its recurrence (K1Plan.l2_next, off by default; its thirteenth-session
+  loss at M 1, 994.3 against 934.6 us, was the size of the first-graphs artifact below, so
+  it is not known to lose);
 - `--kernels`: each kernel of one replay of ours as the profiler saw it (duration, idle gap
   before it); `--order-check`: ours and the bare step again, back to back, right after the
   first timing and after every column (the launches column's two terms from one moment);
