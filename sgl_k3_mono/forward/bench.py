@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         full = timed(step)
         if args.order_check:
             _order_pairs(say, m, "right after ours", step, timed, state)
-        kern = _kernels(step) if args.kernels else None
+        kern = _kernels(say, step) if args.kernels else None
         # the same step with each KDA layer's K1 asking L2 for its K2's o_proj (K1Plan.l2_next)
         with_l2 = float("nan")
         if args.l2_next:
@@ -267,14 +267,14 @@ def _order_pairs(say, m: int, when: str, step, timed, state) -> None:
                 f"launches {ours - bare:8.1f}  (pools before: {before}; after: {grown()})", flush=True)
 
 
-def _kernels(fn):
-    """timing.graph_kernels_us(fn), or None with the reason printed (the table still prints)."""
+def _kernels(say, fn):
+    """timing.graph_kernels_us(fn), or None with the reason said (the table still prints)."""
     from sgl_k3_mono.timing import graph_kernels_us
 
     try:
         return graph_kernels_us(fn)
     except Exception as e:  # the profiler (CUPTI) may be missing or busy: say so, keep the step's figures
-        print(f"bench step --kernels: no kernel list ({type(e).__name__}: {e})", flush=True)
+        say(f"bench step --kernels: no kernel list ({type(e).__name__}: {e})", flush=True)
         return None
 
 

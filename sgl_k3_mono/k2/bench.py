@@ -268,8 +268,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned,
-                     floor_us=floor_us,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, std_us=std, std_bmm_us=std_bmm,
+                     std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
             std_s = f"{std:9.1f}" if std else "      n/a"
@@ -277,7 +277,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             bmm_s = f" std_bmm={std_bmm:.1f}us ({std_bmm / ours:.2f}x)" if std_bmm else ""
             if std_tuned:
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
-            if ours_cold:
+            if ours_cold is not None:
                 bmm_s += f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
