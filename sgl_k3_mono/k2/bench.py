@@ -185,7 +185,7 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False,
         trace_out: Optional[str] = None, std_configs: Optional[dict] = None,
-        std_seen: Optional[dict] = None, l2_cold: bool = False) -> list[dict]:
+        std_seen: Optional[dict] = None, l2_cold: bool = False, rotate: int = 0) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
     `trace`: also the in-launch phase profile (phase_trace); `trace_out`: a folder for its
     stamps, every launch's, one file for the block (trace_report.save). `warm_only`: compile the
@@ -199,12 +199,15 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     it reuses (the standard path reads the same seeded layer and inputs whatever the block), so a
     sweep of many blocks times it once a row count; filled in here.
     `l2_cold`: also ours with L2 flushed before each launch (`ours_cold_us`: a 256 MB
-    buffer zeroed, then the launch, less the zeroing timed alone). A replay of one layer may
+    buffer read, then the launch, less the read timed alone). A replay of one layer may
     find some of its weights still in L2 from the replay before, which a served step's K2,
     after K1 or MLA streamed their own weights, does not (the 1-row bf16 step's K2 ran
     146-148 us against this bench's 134.5, step-sm90.md's forty-eighth section); the flush
     also evicts the launch's small inputs, which the step's K1 has just written, so the
-    truth lies between the two."""
+    truth lies between the two.
+    `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
+    in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
+    launch before, as in a served step, and nothing is subtracted."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.synthetic import tp8_rank_dims
     from sgl_k3_mono.k2.triton.frame import PHASES
@@ -234,6 +237,11 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             ours_cold = _l2_cold_us(lambda: launch(rw, attn, bank, nvb, prefix, out)) if l2_cold else None
+            ours_rot = None
+            if rotate > 1:
+                copies = _weight_copies(fmt, rw, rotate)
+                ours_rot = _graph_time_us(lambda: [launch(c, attn, bank, nvb, prefix, out) for c in copies],
+                                          iters=max(1, 200 // rotate)) / rotate
             t_timed = time.monotonic()
             per_phase = []
             if phases:
@@ -268,7 +276,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, std_us=std, std_bmm_us=std_bmm,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
                      std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -279,6 +287,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
             if ours_cold is not None:
                 bmm_s += f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
+            if ours_rot is not None:
+                bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
                   f"ours={ours:8.1f}us std={std_s}us floor={floor_us:7.1f}us "
                   f"bw_frac={floor_us / ours:5.2f} speedup={sp}{bmm_s} experts="
@@ -305,12 +315,42 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
 
 
 def _l2_cold_us(launch_once: Callable[[], None], flush_bytes: int = 256 << 20) -> float:
-    """One launch with L2 flushed before it (a buffer five times the H100's 50 MB L2 zeroed
-    first), less the flush alone: both timed as graph replays."""
-    flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
-    both = _graph_time_us(lambda: (flush.zero_(), launch_once()))
-    alone = _graph_time_us(lambda: flush.zero_())
+    """One launch with L2 flushed before it (a buffer five times the H100's 50 MB L2 read
+    first), less the flush alone: both timed as graph replays. A read, not a fill: a fill
+    leaves L2 full of dirty lines whose write-back the launch would then pay for."""
+    flush = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
+    sink = torch.empty((), dtype=torch.float32, device="cuda")
+    both = _graph_time_us(lambda: (torch.sum(flush, 0, out=sink), launch_once()))
+    alone = _graph_time_us(lambda: torch.sum(flush, 0, out=sink))
     return both - alone
+
+
+_COPIES: dict = {}
+
+
+def _weight_copies(fmt: str, rw, n: int) -> list:
+    """`rw` and n - 1 copies of its tensors (clones: the launch reads the same values at other
+    addresses), made once a format and process."""
+    have = _COPIES.setdefault(fmt, [rw])
+    while len(have) < n:
+        have.append(_clone_tensors(rw))
+    return have[:n]
+
+
+def _clone_tensors(obj):
+    """`obj` with every tensor in it cloned: dataclasses, tuples, lists and dicts walked."""
+    import dataclasses
+
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _clone_tensors(getattr(obj, f.name))
+                                           for f in dataclasses.fields(obj) if f.init})
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone_tensors(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _clone_tensors(v) for k, v in obj.items()}
+    return obj
 
 
 def _launch(rw, d, m: int, block: Optional[dict], grid: int):
@@ -402,6 +442,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--l2-cold", action="store_true",
                     help="also time ours with L2 flushed before each launch (ours_l2_cold: a served step's K2 finds "
                          "none of its weights in L2)")
+    ap.add_argument("--rotate", type=int, default=0,
+                    help="also time ours over N copies of the layer's weights in turn (ours_rotN, a launch's share: "
+                         "no launch finds its weights left in L2 by the one before)")
     a = ap.parse_args(argv)
     from sgl_k3_mono.k2.sglang_moe import tuned_configs
 
@@ -415,7 +458,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"K2BENCH block {block or 'default'}", flush=True)
         run(tuple(int(x) for x in rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
             block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out,
-            std_configs=std_configs, std_seen=std_seen, l2_cold=a.l2_cold)
+            std_configs=std_configs, std_seen=std_seen, l2_cold=a.l2_cold,
+            rotate=a.rotate)
     return 0
 
 

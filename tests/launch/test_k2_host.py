@@ -665,3 +665,46 @@ def test_bench_warm_processes_draw_their_layers_one_at_a_time(tmp_path, monkeypa
     with _one_builder_at_a_time():
         assert held()
     assert not held()
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_bench_rotates_over_copies_of_the_layer_at_other_addresses(fmt):
+    """`bench k2 --rotate N` times N copies of one layer's weights in turn: every tensor the
+    launch reads is equal to the original's and none shares its memory, and the launch's
+    arguments from a copy are the original's apart from the addresses."""
+    import torch
+
+    from sgl_k3_mono.k2.bench import _COPIES, _weight_copies
+
+    rw = _small_rank(fmt)
+    _COPIES.pop(fmt, None)
+    try:
+        copies = _weight_copies(fmt, rw, 3)
+        assert copies[0] is rw and len(copies) == 3 and _weight_copies(fmt, rw, 2) == copies[:2]
+
+        def tensors(obj, prefix=""):
+            if isinstance(obj, torch.Tensor):
+                yield prefix, obj
+            elif dataclasses.is_dataclass(obj):
+                for f in dataclasses.fields(obj):
+                    yield from tensors(getattr(obj, f.name), f"{prefix}.{f.name}")
+
+        original = dict(tensors(rw))
+        assert any(".experts." in k for k in original), sorted(original)
+        for c in copies[1:]:
+            copied = dict(tensors(c))
+            assert copied.keys() == original.keys()
+            for k, t in original.items():
+                assert torch.equal(copied[k], t) and copied[k].dtype == t.dtype, k
+                assert copied[k].untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), k
+        plan = host.K2Plan.for_weights(rw, 2, isa="sm_90", bank_rows=3, grid=4)
+        launch = host.K2Launch.build(plan, "cpu", impl="triton")
+        bf = torch.bfloat16
+        inputs = (torch.zeros(2, plan.attn_width, dtype=bf), torch.zeros(2, 3, plan.hidden, dtype=bf), 2, None,
+                  torch.empty(2, plan.hidden, dtype=bf))
+        (args_a, meta_a), (args_b, meta_b) = (launch.launch_args(w, *inputs) for w in copies[:2])
+        assert meta_a == meta_b
+        assert [x for x in args_a if not isinstance(x, torch.Tensor)] == \
+            [x for x in args_b if not isinstance(x, torch.Tensor)]
+    finally:
+        _COPIES.pop(fmt, None)
