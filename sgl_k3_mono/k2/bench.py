@@ -249,6 +249,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     per_phase.append(_graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out, phase=p),
                                                     iters=100, reps=3))
             traced = phase_trace(launch, lambda: launch(rw, attn, bank, nvb, prefix, out)) if trace else {}
+            # rotated, the stamps left are the last copy's: a launch after two others, none of its weights in L2
+            traced_rot = phase_trace(launch, lambda: [launch(c, attn, bank, nvb, prefix, out) for c in copies]) \
+                if trace and rotate > 1 else {}
             touched = int(torch.unique(launch.scratch.ids).numel())
             lb = k2_bytes(d8, 13, m, fmt, 1536)
             expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
@@ -298,11 +301,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                   f"rest:{time.monotonic() - t_timed:.1f}", flush=True)
             if traced:
                 raw[(fmt, m)] = traced.pop("raw")
-                print(f"K2TRACE {fmt:5s} M={m} in-launch us (entry spread us): " + " ".join(
-                    f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced["entries"].items()) +
-                    f" sum={sum(d for d, _ in traced['entries'].values()):.1f}", flush=True)
-                print(f"K2WORK  {fmt:5s} M={m} a program's own work us (median / longest @ program): " + " ".join(
-                    f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
+                _print_trace(f"{fmt:5s} M={m}", traced)
+            if traced_rot:
+                traced_rot.pop("raw")
+                _print_trace(f"{fmt:5s} M={m} rot{rotate}", traced_rot)
     if trace_out and raw:
         from sgl_k3_mono.k2.trace_report import save
 
@@ -312,6 +314,14 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         save(path, raw, block=block or {}, grid=per_sm * sms)
         print(f"K2TRACES saved {path}", flush=True)
     return results
+
+
+def _print_trace(label: str, traced: dict) -> None:
+    print(f"K2TRACE {label} in-launch us (entry spread us): " + " ".join(
+        f"{p}={d:.1f}({sk:.1f})" for p, (d, sk) in traced["entries"].items()) +
+        f" sum={sum(d for d, _ in traced['entries'].values()):.1f}", flush=True)
+    print(f"K2WORK  {label} a program's own work us (median / longest @ program): " + " ".join(
+        f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
 
 
 def _l2_cold_us(launch_once: Callable[[], None], flush_bytes: int = 256 << 20) -> float:
@@ -444,7 +454,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "none of its weights in L2)")
     ap.add_argument("--rotate", type=int, default=0,
                     help="also time ours over N copies of the layer's weights in turn (ours_rotN, a launch's share: "
-                         "no launch finds its weights left in L2 by the one before)")
+                         "no launch finds its weights left in L2 by the one before; with --trace, also the last copy's "
+                         "phase profile)")
     a = ap.parse_args(argv)
     from sgl_k3_mono.k2.sglang_moe import tuned_configs
 

@@ -5,10 +5,10 @@
 set -u
 source tools/device/env.sh >/dev/null 2>&1
 warm "$OUT/warm.log" \
-  "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1,2 --warm-only" \
+  "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1,2 --trace --warm-only" \
   "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1,8 --warm-only"
-timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1,2 --no-phases --l2-cold --rotate 3 2>&1 \
-  | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-l2cold-bf16.log"
+timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1,2 --no-phases --trace --l2-cold --rotate 3 2>&1 \
+  | grep -E "^K2BENCH|^K2TRACE|^K2WORK|^device|Error|Traceback" | tee "$OUT/k2-l2cold-bf16.log"
 timeout 150 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1,8 --no-phases --l2-cold --rotate 3 2>&1 \
   | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-l2cold-mxfp4.log"
 t timing-gpu 60 tests/gpu/test_timing_gpu.py
