@@ -236,7 +236,14 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = _l2_cold_us(lambda: launch(rw, attn, bank, nvb, prefix, out)) if l2_cold else None
+            ours_cold = ours_cold_dw = None
+            if l2_cold:
+                flush = _L2Flush()
+                ours_cold = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
+                # the same with the launch's inputs, scratch and small weights read back after the flush:
+                # what is left of the difference is the code's fetch (and the page tables')
+                small = _small_tensors((rw, launch.scratch, attn, bank, prefix, out))
+                ours_cold_dw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small)
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -252,6 +259,11 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             # rotated, the stamps left are the last copy's: a launch after two others, none of its weights in L2
             traced_rot = phase_trace(launch, lambda: [launch(c, attn, bank, nvb, prefix, out) for c in copies]) \
                 if trace and rotate > 1 else {}
+            traced_cold = phase_trace(launch, lambda: (flush.read(), launch(rw, attn, bank, nvb, prefix, out))) \
+                if trace and l2_cold else {}
+            traced_cold_dw = phase_trace(launch, lambda: (flush.read(), [t.sum() for t in small],
+                                                          launch(rw, attn, bank, nvb, prefix, out))) \
+                if trace and l2_cold else {}
             touched = int(torch.unique(launch.scratch.ids).numel())
             lb = k2_bytes(d8, 13, m, fmt, 1536)
             expert_b = lb.experts / expected_experts(d8, m) * touched  # the experts this step really touched
@@ -279,7 +291,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
                      std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -289,7 +301,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             if std_tuned:
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
             if ours_cold is not None:
-                bmm_s += f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
+                bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
+                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -302,9 +315,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             if traced:
                 raw[(fmt, m)] = traced.pop("raw")
                 _print_trace(f"{fmt:5s} M={m}", traced)
-            if traced_rot:
-                traced_rot.pop("raw")
-                _print_trace(f"{fmt:5s} M={m} rot{rotate}", traced_rot)
+            for label, tr in ((f"rot{rotate}", traced_rot), ("l2cold", traced_cold), ("l2cold_data_warm", traced_cold_dw)):
+                if tr:
+                    tr.pop("raw")
+                    _print_trace(f"{fmt:5s} M={m} {label}", tr)
     if trace_out and raw:
         from sgl_k3_mono.k2.trace_report import save
 
@@ -324,15 +338,51 @@ def _print_trace(label: str, traced: dict) -> None:
         f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
 
 
-def _l2_cold_us(launch_once: Callable[[], None], flush_bytes: int = 256 << 20) -> float:
-    """One launch with L2 flushed before it (a buffer five times the H100's 50 MB L2 read
-    first), less the flush alone: both timed as graph replays. A read, not a fill: a fill
-    leaves L2 full of dirty lines whose write-back the launch would then pay for."""
-    flush = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
-    sink = torch.empty((), dtype=torch.float32, device="cuda")
-    both = _graph_time_us(lambda: (torch.sum(flush, 0, out=sink), launch_once()))
-    alone = _graph_time_us(lambda: torch.sum(flush, 0, out=sink))
-    return both - alone
+class _L2Flush:
+    """Empties L2 of everything a launch left there: a 256 MB buffer (five times the H100's
+    50 MB L2) read. A read, not a fill: a fill leaves L2 full of dirty lines whose write-back
+    the launch would then pay for."""
+
+    def __init__(self, flush_bytes: int = 256 << 20):
+        self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
+        self.sink = torch.empty((), dtype=torch.float32, device="cuda")
+
+    def read(self) -> None:
+        torch.sum(self.buf, 0, out=self.sink)
+
+    def time_us(self, launch_once: Callable[[], None], rewarm: tuple = ()) -> float:
+        """One launch after the flush (and after reading `rewarm` back into L2), less the flush
+        and the reads alone: both timed as graph replays."""
+        def before():
+            self.read()
+            for t in rewarm:
+                t.sum()
+
+        both = _graph_time_us(lambda: (before(), launch_once()))
+        alone = _graph_time_us(before)
+        return both - alone
+
+
+def _small_tensors(objs, limit_bytes: int = 1 << 20) -> tuple:
+    """Every tensor under `limit_bytes` in `objs` (dataclasses, tuples and lists walked), as it
+    is (a converted copy would warm the copy)."""
+    import dataclasses
+
+    out = []
+
+    def walk(o):
+        if isinstance(o, torch.Tensor):
+            if 0 < o.numel() * o.element_size() < limit_bytes:
+                out.append(o)
+        elif dataclasses.is_dataclass(o) and not isinstance(o, type):
+            for f in dataclasses.fields(o):
+                walk(getattr(o, f.name))
+        elif isinstance(o, (list, tuple)):
+            for x in o:
+                walk(x)
+
+    walk(objs)
+    return tuple(out)
 
 
 _COPIES: dict = {}

@@ -708,3 +708,19 @@ def test_bench_rotates_over_copies_of_the_layer_at_other_addresses(fmt):
             [x for x in args_b if not isinstance(x, torch.Tensor)]
     finally:
         _COPIES.pop(fmt, None)
+
+
+def test_bench_l2_cold_rewarms_the_small_tensors_themselves():
+    """`bench k2 --l2-cold`'s data-warm column reads the launch's small tensors back after the
+    flush: the tensors themselves (a converted copy would warm the copy), none over the limit."""
+    import torch
+
+    from sgl_k3_mono.k2.bench import _small_tensors
+
+    rw = _small_rank("bf16")
+    inputs = (torch.randn(2, 8), torch.zeros(3, dtype=torch.int32))
+    small = _small_tensors((rw, inputs), limit_bytes=4096)
+    assert small and all(t.numel() * t.element_size() < 4096 for t in small)
+    assert any(t is inputs[0] for t in small) and any(t is inputs[1] for t in small)
+    assert any(t is rw.post_attention_layernorm for t in small)
+    assert not any(t is rw.moe.experts.w13 for t in small)
