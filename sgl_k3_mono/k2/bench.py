@@ -236,7 +236,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = ours_cold_dw = None
+            ours_cold = ours_cold_dw = ours_cold_pt = None
             if l2_cold:
                 flush = _L2Flush()
                 ours_cold = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
@@ -244,6 +244,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 # what is left of the difference is the code's fetch (and the page tables')
                 small = _small_tensors((rw, launch.scratch, attn, bank, prefix, out))
                 ours_cold_dw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small)
+                # and with one word of every 64 KB of the weights read after the flush: their address
+                # translations back in the TLBs and L2, next to none of their bytes
+                pages = _page_touches(rw)
+                ours_cold_pt = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small + pages)
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -262,6 +266,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             traced_cold = phase_trace(launch, lambda: (flush.read(), launch(rw, attn, bank, nvb, prefix, out))) \
                 if trace and l2_cold else {}
             traced_cold_dw = phase_trace(launch, lambda: (flush.read(), [t.sum() for t in small],
+                                                          launch(rw, attn, bank, nvb, prefix, out))) \
+                if trace and l2_cold else {}
+            traced_cold_pt = phase_trace(launch, lambda: (flush.read(), [t.sum() for t in small + pages],
                                                           launch(rw, attn, bank, nvb, prefix, out))) \
                 if trace and l2_cold else {}
             touched = int(torch.unique(launch.scratch.ids).numel())
@@ -291,7 +298,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_cold_pt_us=ours_cold_pt, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
                      std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -302,7 +309,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
             if ours_cold is not None:
                 bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
-                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us")
+                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -315,7 +322,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             if traced:
                 raw[(fmt, m)] = traced.pop("raw")
                 _print_trace(f"{fmt:5s} M={m}", traced)
-            for label, tr in ((f"rot{rotate}", traced_rot), ("l2cold", traced_cold), ("l2cold_data_warm", traced_cold_dw)):
+            for label, tr in ((f"rot{rotate}", traced_rot), ("l2cold", traced_cold),
+                              ("l2cold_data_warm", traced_cold_dw), ("l2cold_pages_warm", traced_cold_pt)):
                 if tr:
                     tr.pop("raw")
                     _print_trace(f"{fmt:5s} M={m} {label}", tr)
@@ -363,26 +371,30 @@ class _L2Flush:
         return both - alone
 
 
+def _page_touches(objs, every_bytes: int = 64 << 10) -> tuple:
+    """Every tensor over `every_bytes` in `objs`, as a strided view of one element each
+    `every_bytes` (a sum of it reads a sector a 64 KB: the pages' translations, not their bytes)."""
+    big = [t for t in _tensors(objs) if t.numel() * t.element_size() >= every_bytes and t.is_contiguous()]
+    return tuple(t.reshape(-1)[::every_bytes // t.element_size()] for t in big)
+
+
+def _tensors(objs):
+    import dataclasses
+
+    if isinstance(objs, torch.Tensor):
+        yield objs
+    elif dataclasses.is_dataclass(objs) and not isinstance(objs, type):
+        for f in dataclasses.fields(objs):
+            yield from _tensors(getattr(objs, f.name))
+    elif isinstance(objs, (list, tuple)):
+        for x in objs:
+            yield from _tensors(x)
+
+
 def _small_tensors(objs, limit_bytes: int = 1 << 20) -> tuple:
     """Every tensor under `limit_bytes` in `objs` (dataclasses, tuples and lists walked), as it
     is (a converted copy would warm the copy)."""
-    import dataclasses
-
-    out = []
-
-    def walk(o):
-        if isinstance(o, torch.Tensor):
-            if 0 < o.numel() * o.element_size() < limit_bytes:
-                out.append(o)
-        elif dataclasses.is_dataclass(o) and not isinstance(o, type):
-            for f in dataclasses.fields(o):
-                walk(getattr(o, f.name))
-        elif isinstance(o, (list, tuple)):
-            for x in o:
-                walk(x)
-
-    walk(objs)
-    return tuple(out)
+    return tuple(t for t in _tensors(objs) if 0 < t.numel() * t.element_size() < limit_bytes)
 
 
 _COPIES: dict = {}
