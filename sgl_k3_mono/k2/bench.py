@@ -236,7 +236,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = ours_cold_dw = ours_cold_pt = None
+            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = None
             if l2_cold:
                 flush = _L2Flush()
                 ours_cold = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
@@ -248,6 +248,11 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 # translations back in the TLBs and L2, next to none of their bytes
                 pages = _page_touches(rw)
                 ours_cold_pt = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small + pages)
+                # and with the same launch on a copy of the weights between the flush and ours: its code, scratch
+                # and inputs back in L2, none of this copy's weights (the rotation's state, after a flush)
+                other = _weight_copies(fmt, rw, 2)[1]
+                ours_cold_cw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out),
+                                             prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out))
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -298,7 +303,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_cold_pt_us=ours_cold_pt, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
                      std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -309,7 +314,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
             if ours_cold is not None:
                 bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
-                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us")
+                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us"
+                          f" ours_l2_cold_after_other={ours_cold_cw:.1f}us")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -358,13 +364,16 @@ class _L2Flush:
     def read(self) -> None:
         torch.sum(self.buf, 0, out=self.sink)
 
-    def time_us(self, launch_once: Callable[[], None], rewarm: tuple = ()) -> float:
-        """One launch after the flush (and after reading `rewarm` back into L2), less the flush
-        and the reads alone: both timed as graph replays."""
+    def time_us(self, launch_once: Callable[[], None], rewarm: tuple = (),
+                prelaunch: Optional[Callable[[], None]] = None) -> float:
+        """One launch after the flush (then `rewarm` read back into L2, then `prelaunch` run),
+        less all that before it alone: both timed as graph replays."""
         def before():
             self.read()
             for t in rewarm:
                 t.sum()
+            if prelaunch is not None:
+                prelaunch()
 
         both = _graph_time_us(lambda: (before(), launch_once()))
         alone = _graph_time_us(before)
