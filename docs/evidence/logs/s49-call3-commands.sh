@@ -5,6 +5,6 @@
 # next to none of the bytes). (bf16 only: failed starts left 344 s of device time; the H200 step and MXFP4 dropped.)
 set -u
 source tools/device/env.sh >/dev/null 2>&1
-warm "$OUT/warm.log" "timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --warm-only"
-timeout 150 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --l2-cold 2>&1 \
+warm "$OUT/warm.log" "timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --trace --warm-only"
+timeout 150 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold 2>&1 \
   | grep -E "^K2BENCH|^K2TRACE|^K2WORK|^device|Error|Traceback" | tee "$OUT/k2-l2cold-pages-bf16.log"
