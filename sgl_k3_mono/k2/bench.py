@@ -198,13 +198,14 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     `std_seen`: {(fmt, rows): standard-path times} from an earlier block of the same process, which
     it reuses (the standard path reads the same seeded layer and inputs whatever the block), so a
     sweep of many blocks times it once a row count; filled in here.
-    `l2_cold`: also ours with L2 flushed before each launch (`ours_cold_us`: a 256 MB
-    buffer read, then the launch, less the read timed alone). A replay of one layer may
-    find some of its weights still in L2 from the replay before, which a served step's K2,
-    after K1 or MLA streamed their own weights, does not (the 1-row bf16 step's K2 ran
-    146-148 us against this bench's 134.5, step-sm90.md's forty-eighth section); the flush
-    also evicts the launch's small inputs, which the step's K1 has just written, so the
-    truth lies between the two.
+    `l2_cold`: also ours with L2 emptied before each launch (`ours_cold_us`: a 256 MB buffer
+    read, then the launch, less the read timed alone), as a served step's K2 runs after K1 or
+    MLA streamed their own bytes; and three ways of putting part of L2 back after the flush:
+    the launch's small tensors (`ours_cold_dw_us`), a word of every 64 KB of its weights (their
+    translations: `ours_cold_pt_us`), the same launch on a copy of the weights (its code with
+    the rest: `ours_cold_cw_us`). On an H100 at 1 row bf16 (k2-sm90.md's forty-ninth section)
+    133.4 us warm, 145.6 cold, 144.7 / 145.5 with the small tensors / pages back, and 132.9
+    after the other launch: the cold launch pays for fetching its code from HBM.
     `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
     in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
     launch before, as in a served step, and nothing is subtracted."""
@@ -303,8 +304,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw, ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw, ours_rot_us=ours_rot, std_us=std, std_bmm_us=std_bmm,
-                     std_tuned_us=std_tuned, floor_us=floor_us,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw,
+                     ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw, ours_rot_us=ours_rot,
+                     std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
             std_s = f"{std:9.1f}" if std else "      n/a"
@@ -521,8 +523,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                     help="a JSON of SGLang fused MoE configs by rows (tools/device/sglang_moe_tune.py's): also time "
                          "the bf16 standard path with them (std_tuned)")
     ap.add_argument("--l2-cold", action="store_true",
-                    help="also time ours with L2 flushed before each launch (ours_l2_cold: a served step's K2 finds "
-                         "none of its weights in L2)")
+                    help="also time ours with L2 emptied before each launch (ours_l2_cold: as a served step's K2 "
+                         "runs), and with its small tensors, its weights' pages or its code put back after the flush")
     ap.add_argument("--rotate", type=int, default=0,
                     help="also time ours over N copies of the layer's weights in turn (ours_rotN, a launch's share: "
                          "no launch finds its weights left in L2 by the one before; with --trace, also the last copy's "
