@@ -205,7 +205,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     translations: `ours_cold_pt_us`), the same launch on a copy of the weights (its code with
     the rest: `ours_cold_cw_us`). On an H100 at 1 row bf16 (k2-sm90.md's forty-ninth section)
     133.4 us warm, 145.6 cold, 144.7 / 145.5 with the small tensors / pages back, and 132.9
-    after the other launch: the cold launch pays for fetching its code from HBM.
+    after the other launch: the cold launch pays for fetching its code from HBM. And the
+    launch after the same read with L2's evict-first policy (`ours_after_evict_first_us`):
+    warm there would say weight streams read evict-first keep each launch's code in L2.
     `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
     in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
     launch before, as in a served step, and nothing is subtracted."""
@@ -237,7 +239,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = None
+            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = ours_ef = None
             if l2_cold:
                 flush = _L2Flush()
                 ours_cold = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
@@ -254,6 +256,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 other = _weight_copies(fmt, rw, 2)[1]
                 ours_cold_cw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out),
                                              prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out))
+                # and after the same 256 MB read with L2's evict-first policy: is the launch's code still there?
+                ours_ef = _L2Flush(evict_first=True).time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -305,7 +309,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
             r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw,
-                     ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw, ours_rot_us=ours_rot,
+                     ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw,
+                     ours_after_evict_first_us=ours_ef, ours_rot_us=ours_rot,
                      std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -317,7 +322,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             if ours_cold is not None:
                 bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
                           f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us"
-                          f" ours_l2_cold_after_other={ours_cold_cw:.1f}us")
+                          f" ours_l2_cold_after_other={ours_cold_cw:.1f}us"
+                          f" ours_after_evict_first_read={ours_ef:.1f}us")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -357,14 +363,23 @@ def _print_trace(label: str, traced: dict) -> None:
 class _L2Flush:
     """Empties L2 of everything a launch left there: a 256 MB buffer (five times the H100's
     50 MB L2) read. A read, not a fill: a fill leaves L2 full of dirty lines whose write-back
-    the launch would then pay for."""
+    the launch would then pay for. `evict_first`: the same bytes read with L2's evict-first
+    policy (runtime/l2_stream.py), which should leave the launch's other lines in place."""
 
-    def __init__(self, flush_bytes: int = 256 << 20):
+    def __init__(self, flush_bytes: int = 256 << 20, evict_first: bool = False):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
+        self.evict_first = evict_first
+        self.parts = torch.empty(4 * torch.cuda.get_device_properties(0).multi_processor_count, 1024,
+                                 dtype=torch.float32, device="cuda")
 
     def read(self) -> None:
-        torch.sum(self.buf, 0, out=self.sink)
+        if self.evict_first:
+            from sgl_k3_mono.runtime.l2_stream import stream_read
+
+            stream_read(self.buf, self.parts, evict_first=True)
+        else:
+            torch.sum(self.buf, 0, out=self.sink)
 
     def time_us(self, launch_once: Callable[[], None], rewarm: tuple = (),
                 prelaunch: Optional[Callable[[], None]] = None) -> float:

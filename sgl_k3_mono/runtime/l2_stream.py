@@ -1,0 +1,32 @@
+"""A stream that reads a buffer through L2 with a chosen eviction priority (sm_90), for the
+benchmarks that ask what one launch's streams leave of another's lines in L2.
+
+A K2 launch after a 256 MB read with the default policy fetches its code from HBM again
+(k2-sm90.md's forty-ninth section); read with `evict_first`, the stream's lines are L2's first
+victims, which is what K1's and K2's weight streams would need to be for each launch's code
+to stay in L2 across the other. The loads are not pipelined: Triton drops the eviction
+policy from loads it turns into `cp.async`.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _stream_read(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EP: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for start in range(pid * BLOCK, n, tl.num_programs(0) * BLOCK):
+        acc += tl.load(x_ptr + start + offs, mask=start + offs < n, other=0.0, eviction_policy=EP)
+    tl.store(out_ptr + pid * BLOCK + offs, acc)  # (kept, so the loads are not dead code)
+
+
+def stream_read(x, out, evict_first: bool) -> None:
+    """Read every element of the fp32 buffer `x` once; `out` ([programs, 1024] fp32) takes
+    each program's partial sums. `evict_first`: the loads carry L2's evict-first policy."""
+    programs, block = out.shape
+    _stream_read[(programs,)](x, out, x.numel(), BLOCK=block, EP="evict_first" if evict_first else "",
+                              num_warps=4, num_stages=1)
