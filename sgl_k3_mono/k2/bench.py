@@ -257,7 +257,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 ours_cold_cw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out),
                                              prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out))
                 # and after the same 256 MB read with L2's evict-first policy: is the launch's code still there?
-                ours_ef = _L2Flush(evict_first=True).time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
+                ours_ef = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), evict_first=True)
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -366,27 +366,28 @@ class _L2Flush:
     the launch would then pay for. `evict_first`: the same bytes read with L2's evict-first
     policy (runtime/l2_stream.py), which should leave the launch's other lines in place."""
 
-    def __init__(self, flush_bytes: int = 256 << 20, evict_first: bool = False):
+    def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
-        self.evict_first = evict_first
-        self.parts = torch.empty(4 * torch.cuda.get_device_properties(0).multi_processor_count, 1024,
-                                 dtype=torch.float32, device="cuda")
+        self.parts = None  # (stream_read's partial sums, made on its first use)
 
-    def read(self) -> None:
-        if self.evict_first:
-            from sgl_k3_mono.runtime.l2_stream import stream_read
-
-            stream_read(self.buf, self.parts, evict_first=True)
-        else:
+    def read(self, evict_first: bool = False) -> None:
+        if not evict_first:
             torch.sum(self.buf, 0, out=self.sink)
+            return
+        from sgl_k3_mono.runtime.l2_stream import stream_read
+
+        if self.parts is None:
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            self.parts = torch.empty(4 * sms, 1024, dtype=torch.float32, device="cuda")
+        stream_read(self.buf, self.parts, evict_first=True)
 
     def time_us(self, launch_once: Callable[[], None], rewarm: tuple = (),
-                prelaunch: Optional[Callable[[], None]] = None) -> float:
+                prelaunch: Optional[Callable[[], None]] = None, evict_first: bool = False) -> float:
         """One launch after the flush (then `rewarm` read back into L2, then `prelaunch` run),
         less all that before it alone: both timed as graph replays."""
         def before():
-            self.read()
+            self.read(evict_first)
             for t in rewarm:
                 t.sum()
             if prelaunch is not None:

@@ -439,10 +439,6 @@ class K2Launch:
         front = (w.moe.shared_gate_up, w.moe.router, w.moe.latent_down)  # bulk prefetch: 16-byte rows
         b["PF"] = _prefetch_bytes(b, pl.hidden, ptx=not self.hip and _runs_ptx()
                                   and all(t.data_ptr() % 16 == 0 and t.stride(0) % 8 == 0 for t in front))
-        small = (bank, w.mlp_res_proj, w.mlp_res_norm, w.post_attention_layernorm) + \
-            ((prefix,) if prefix is not None else ())
-        b["SPF"] = int(bool(b.get("SPF", 0)) and not self.hip and _runs_ptx()
-                       and all(t.data_ptr() % 16 == 0 and t.is_contiguous() for t in small))
         m = attn_out.shape[0]
         if b.get("SDU", 0) < 0:  # measured on sm_90 only; the FlyDSL K2 keeps the shared down in experts_down
             b["SDU"] = 2 * int(not self.hip and sdu_fits(b, rows=pl.rows, top_k=pl.top_k, experts=pl.experts,
@@ -519,7 +515,7 @@ class K2Launch:
             SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),
             SDU=int(b.get("SDU", 0)), SDUT=b["SDUT"], FR=b["FR"], BNR=b["BNR"],
             LSQ=b["LSQ"], LSQP=latent_ssq_slots(pl.latent), BNO=b.get("BNO", 0), BKO=b.get("BKO", 0),
-            FLATD=b["FLATD"], FLATX=b["FLATX"], PTX=not self.hip and _runs_ptx(), SPF=b["SPF"],
+            FLATD=b["FLATD"], FLATX=b["FLATX"], PTX=not self.hip and _runs_ptx(),
         )
         meta["BKN"] = b.get("BKN") or norm_chunk(meta["BM"], meta["NT"], pl.latent, b["BK"])
         return args, meta

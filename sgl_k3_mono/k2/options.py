@@ -58,10 +58,6 @@ _OPTIONS = (
                "tile."),
     TileOption("PF", "Bytes of each front weight row asked of L2 during the seam (bulk prefetch, sm_90 PTX "
                "only; 0: none); cut to whole 16-byte pieces a thread."),
-    TileOption("SPF", "1 (sm_90 PTX, 16-byte aligned inputs): the seam's small reads (bank rows, prefix, its three "
-               "H-wide weights) asked of L2 as the launch starts, by the last three programs (bulk prefetch); in a "
-               "served step another launch streamed its weights since K2 last read them, so none is in L2; 0: none. "
-               "No gain, warm or cold (49th session: the cold launch's loss is its code, not these reads)."),
     # -- the seam --------------------------------------------------------------------------------
     TileOption("SEAM_SPLIT", "1: the seam spread over several programs a row, one H slice each "
                "(runtime/triton_seam.py), where the rows' slices fit the grid; 0: one program a row."),

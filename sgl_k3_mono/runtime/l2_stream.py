@@ -25,7 +25,7 @@ def _stream_read(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EP: tl.constexpr):
 
 
 def stream_read(x, out, evict_first: bool) -> None:
-    """Read every element of the fp32 buffer `x` once; `out` ([programs, 1024] fp32) takes
+    """Read every element of the fp32 buffer `x` once; `out` ([programs, block] fp32) takes
     each program's partial sums. `evict_first`: the loads carry L2's evict-first policy."""
     programs, block = out.shape
     _stream_read[(programs,)](x, out, x.numel(), BLOCK=block, EP="evict_first" if evict_first else "",

@@ -28,16 +28,3 @@ def l2_prefetch_rows(ptr, row_stride, nrows, R: tl.constexpr, BYTES: tl.constexp
     size = tl.full((R * P,), BYTES // P, tl.int32)
     tl.inline_asm_elementwise(_PREFETCH, "=r,l,r,r", [addr, size, (t // P < nrows).to(tl.int32)], dtype=tl.int32,
                               is_pure=False, pack=1)
-
-
-@triton.jit
-def l2_prefetch_span(ptr, nbytes, CH: tl.constexpr, N: tl.constexpr):
-    """Prefetch `nbytes` bytes from `ptr` (16-byte aligned; nbytes a multiple of 16) in at
-    most N pieces of CH bytes (a multiple of 16), the last one cut short: no address leaves
-    the span. A span longer than N x CH is asked for its first N x CH bytes only."""
-    t = tl.arange(0, N)
-    start = t * CH
-    size = tl.minimum(nbytes - start, CH)
-    base = ptr.to(tl.pointer_type(tl.int8), bitcast=True)
-    tl.inline_asm_elementwise(_PREFETCH, "=r,l,r,r", [base + start, size.to(tl.int32), (size > 0).to(tl.int32)],
-                              dtype=tl.int32, is_pure=False, pack=1)

@@ -52,7 +52,7 @@ from sgl_k3_mono.k2.triton.parts import (SITU_CHUNK, count_tile, down_store, fro
 from sgl_k3_mono.k2.triton.routing import (distinct_experts, nth_expert, table_expert, user_count, user_rows,
                                            write_expert_table)
 from sgl_k3_mono.k2.triton.seam import seam_rows, seam_split
-from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows, l2_prefetch_span
+from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, maybe_stall, now_ns, wait_geq
 
 
@@ -65,25 +65,6 @@ from sgl_k3_mono.runtime.triton_sync import EPOCH, depart, maybe_stall, now_ns, 
 # width: block-write layers and the rest): unspecialised, both of its seam branches are
 # compiled in, 8.5 % more code at 2 rows.
 K2_RUNTIME_SCALARS = ("nvb", "rank", "layer", "stall_phase", "err_addr", "frh", "ring_off")
-
-
-@triton.jit
-def seam_inputs_to_l2(q, M, nvb, has_prefix, NB, bank_ptr, prefix_ptr, proj_ptr, rnorm_ptr, onorm_ptr,
-                      H: tl.constexpr):
-    """SPF: the last three programs (q 0..2 from the grid's end, where o_proj's tiles leave
-    programs idle) ask L2 for what the seam reads once o_proj is done: the bank rows, the
-    prefix, and its three H-wide weights."""
-    RB: tl.constexpr = H * 2  # a bf16 row's bytes
-    if q == 0:
-        for m in range(M):
-            l2_prefetch_span(bank_ptr + m * NB * H, nvb * RB, 1024, 128)
-    elif q == 1:
-        if has_prefix:
-            l2_prefetch_span(prefix_ptr, M * RB, 1024, 128)
-    elif q == 2:
-        l2_prefetch_span(proj_ptr, RB, 1024, 32)
-        l2_prefetch_span(rnorm_ptr, RB, 1024, 32)
-        l2_prefetch_span(onorm_ptr, RB, 1024, 32)
 
 
 @triton.jit(do_not_specialize=K2_RUNTIME_SCALARS)
@@ -128,7 +109,7 @@ def k2_kernel(
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
-    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0, SPF: tl.constexpr = 0,
+    LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # where the MXFP4 experts' bytes sit (k2/expert_layout.py: 0 SGLang's plain rows, 1 and 2
     # AITER's a16w4 and generic preshuffles, read in place; mma_fp4 takes 0 only)
     XL: tl.constexpr = 0,
@@ -184,9 +165,6 @@ def k2_kernel(
     if PERSISTENT or PHASE == 0:
         if PERSISTENT:
             enter(0, stall_phase, t0, deadline_ns, err_addr, rank, layer, trace_ptr, HIP, TRACE)
-            if SPF:  # the seam's small reads into L2 (after another launch streamed its weights, none is there)
-                seam_inputs_to_l2(nprog - 1 - pid, M, nvb, has_prefix, NB, bank_ptr, prefix_ptr, proj_ptr,
-                                  rnorm_ptr, onorm_ptr, H)
         for tile in range(pid, NHO, nprog):  # OBNH rows a tile (OBN: the register tile)
             n0, nend = h_tile(tile, H, OBN, OBNH)
             acc = dot_bf16(attn_ptr, A, M, wo_ptr, s_wo, n0, nend, A, tl.zeros((BM, OBN), tl.float32),
