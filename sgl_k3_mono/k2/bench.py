@@ -242,22 +242,21 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = ours_ef = None
             if l2_cold:
                 flush = _L2Flush()
-                ours_cold = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-                # the same with the launch's inputs, scratch and small weights read back after the flush:
-                # what is left of the difference is the code's fetch (and the page tables')
+                once = lambda: launch(rw, attn, bank, nvb, prefix, out)  # noqa: E731
+                # cold: L2 emptied first, then put partly back: the launch's inputs, scratch and small
+                # weights; and one word of every 64 KB of the weights (their address translations, next
+                # to none of their bytes); and the same launch on a copy of the weights (its code, scratch
+                # and inputs, none of this copy's weights); and the flush read evict-first instead
                 small = _small_tensors((rw, launch.scratch, attn, bank, prefix, out))
-                ours_cold_dw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small)
-                # and with one word of every 64 KB of the weights read after the flush: their address
-                # translations back in the TLBs and L2, next to none of their bytes
                 pages = _page_touches(rw)
-                ours_cold_pt = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), rewarm=small + pages)
-                # and with the same launch on a copy of the weights between the flush and ours: its code, scratch
-                # and inputs back in L2, none of this copy's weights (the rotation's state, after a flush)
                 other = _weight_copies(fmt, rw, 2)[1]
-                ours_cold_cw = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out),
-                                             prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out))
-                # and after the same 256 MB read with L2's evict-first policy: is the launch's code still there?
-                ours_ef = flush.time_us(lambda: launch(rw, attn, bank, nvb, prefix, out), evict_first=True)
+                cold_ways = {"l2cold": flush.before(), "l2cold_data_warm": flush.before(rewarm=small),
+                             "l2cold_pages_warm": flush.before(rewarm=small + pages),
+                             "l2cold_after_other": flush.before(
+                                 prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
+                             "after_evict_first_read": flush.before(evict_first=True)}
+                ours_cold, ours_cold_dw, ours_cold_pt, ours_cold_cw, ours_ef = (
+                    _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for b in cold_ways.values())
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -273,13 +272,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             # rotated, the stamps left are the last copy's: a launch after two others, none of its weights in L2
             traced_rot = phase_trace(launch, lambda: [launch(c, attn, bank, nvb, prefix, out) for c in copies]) \
                 if trace and rotate > 1 else {}
-            traced_cold = phase_trace(launch, lambda: (flush.read(), launch(rw, attn, bank, nvb, prefix, out))) \
-                if trace and l2_cold else {}
-            traced_cold_dw = phase_trace(launch, lambda: (flush.read(), [t.sum() for t in small],
-                                                          launch(rw, attn, bank, nvb, prefix, out))) \
-                if trace and l2_cold else {}
-            traced_cold_pt = phase_trace(launch, lambda: (flush.read(), [t.sum() for t in small + pages],
-                                                          launch(rw, attn, bank, nvb, prefix, out))) \
+            traced_cold = {k: phase_trace(launch, lambda b=b: (b(), once())) for k, b in cold_ways.items()} \
                 if trace and l2_cold else {}
             touched = int(torch.unique(launch.scratch.ids).numel())
             lb = k2_bytes(d8, 13, m, fmt, 1536)
@@ -336,8 +329,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             if traced:
                 raw[(fmt, m)] = traced.pop("raw")
                 _print_trace(f"{fmt:5s} M={m}", traced)
-            for label, tr in ((f"rot{rotate}", traced_rot), ("l2cold", traced_cold),
-                              ("l2cold_data_warm", traced_cold_dw), ("l2cold_pages_warm", traced_cold_pt)):
+            for label, tr in ((f"rot{rotate}", traced_rot), *traced_cold.items()):
                 if tr:
                     tr.pop("raw")
                     _print_trace(f"{fmt:5s} M={m} {label}", tr)
@@ -382,20 +374,17 @@ class _L2Flush:
             self.parts = torch.empty(4 * sms, 1024, dtype=torch.float32, device="cuda")
         stream_read(self.buf, self.parts, evict_first=True)
 
-    def time_us(self, launch_once: Callable[[], None], rewarm: tuple = (),
-                prelaunch: Optional[Callable[[], None]] = None, evict_first: bool = False) -> float:
-        """One launch after the flush (then `rewarm` read back into L2, then `prelaunch` run),
-        less all that before it alone: both timed as graph replays."""
-        def before():
+    def before(self, rewarm: tuple = (), prelaunch: Optional[Callable[[], None]] = None,
+               evict_first: bool = False) -> Callable[[], None]:
+        """What runs before the launch to be timed: the flush, then `rewarm` read back into L2,
+        then `prelaunch` (the launch is timed with it, less it timed alone)."""
+        def run():
             self.read(evict_first)
             for t in rewarm:
                 t.sum()
             if prelaunch is not None:
                 prelaunch()
-
-        both = _graph_time_us(lambda: (before(), launch_once()))
-        alone = _graph_time_us(before)
-        return both - alone
+        return run
 
 
 def _page_touches(objs, every_bytes: int = 64 << 10) -> tuple:
