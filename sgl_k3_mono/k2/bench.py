@@ -206,8 +206,10 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     the rest: `ours_cold_cw_us`). On an H100 at 1 row bf16 (k2-sm90.md's forty-ninth section)
     133.4 us warm, 145.6 cold, 144.7 / 145.5 with the small tensors / pages back, and 132.9
     after the other launch: the cold launch pays for fetching its code from HBM. And the
-    launch after the same read with L2's evict-first policy (`ours_after_evict_first_us`):
-    warm there would say weight streams read evict-first keep each launch's code in L2.
+    launch after the same bytes read evict-first from L2 (`ours_after_evict_first_us`) and, its
+    control, read by the same kernel with the default policy (`ours_after_stream_us`): warm after
+    the first and cold after the second would say weight streams read evict-first keep each
+    launch's code in L2.
     `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
     in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
     launch before, as in a served step, and nothing is subtracted."""
@@ -239,7 +241,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = ours_ef = None
+            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = ours_ef = ours_sr = None
             if l2_cold:
                 flush = _L2Flush()
                 once = lambda: launch(rw, attn, bank, nvb, prefix, out)  # noqa: E731
@@ -254,8 +256,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                              "l2cold_pages_warm": flush.before(rewarm=small + pages),
                              "l2cold_after_other": flush.before(
                                  prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
-                             "after_evict_first_read": flush.before(evict_first=True)}
-                ours_cold, ours_cold_dw, ours_cold_pt, ours_cold_cw, ours_ef = (
+                             "after_evict_first_read": flush.before(read="stream_evict_first"),
+                             "after_stream_read": flush.before(read="stream")}
+                ours_cold, ours_cold_dw, ours_cold_pt, ours_cold_cw, ours_ef, ours_sr = (
                     _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for b in cold_ways.values())
             ours_rot = None
             if rotate > 1:
@@ -303,7 +306,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
             r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw,
                      ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw,
-                     ours_after_evict_first_us=ours_ef, ours_rot_us=ours_rot,
+                     ours_after_evict_first_us=ours_ef, ours_after_stream_us=ours_sr, ours_rot_us=ours_rot,
                      std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -316,7 +319,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                 bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
                           f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us"
                           f" ours_l2_cold_after_other={ours_cold_cw:.1f}us"
-                          f" ours_after_evict_first_read={ours_ef:.1f}us")
+                          f" ours_after_evict_first_read={ours_ef:.1f}us ours_after_stream_read={ours_sr:.1f}us")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -355,16 +358,17 @@ def _print_trace(label: str, traced: dict) -> None:
 class _L2Flush:
     """Empties L2 of everything a launch left there: a 256 MB buffer (five times the H100's
     50 MB L2) read. A read, not a fill: a fill leaves L2 full of dirty lines whose write-back
-    the launch would then pay for. `evict_first`: the same bytes read with L2's evict-first
-    policy (runtime/l2_stream.py), which should leave the launch's other lines in place."""
+    the launch would then pay for. `read`: "sum" (torch's), or runtime/l2_stream.py's kernel,
+    "stream_evict_first" with L2's evict-first policy (which should leave the launch's other
+    lines in place) and "stream", the same kernel with the default policy (its control)."""
 
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
         self.parts = None  # (stream_read's partial sums, made on its first use)
 
-    def read(self, evict_first: bool = False) -> None:
-        if not evict_first:
+    def read(self, how: str = "sum") -> None:
+        if how == "sum":
             torch.sum(self.buf, 0, out=self.sink)
             return
         from sgl_k3_mono.runtime.l2_stream import stream_read
@@ -372,14 +376,14 @@ class _L2Flush:
         if self.parts is None:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             self.parts = torch.empty(4 * sms, 1024, dtype=torch.float32, device="cuda")
-        stream_read(self.buf, self.parts, evict_first=True)
+        stream_read(self.buf, self.parts, evict_first={"stream": False, "stream_evict_first": True}[how])
 
     def before(self, rewarm: tuple = (), prelaunch: Optional[Callable[[], None]] = None,
-               evict_first: bool = False) -> Callable[[], None]:
+               read: str = "sum") -> Callable[[], None]:
         """What runs before the launch to be timed: the flush, then `rewarm` read back into L2,
         then `prelaunch` (the launch is timed with it, less it timed alone)."""
         def run():
-            self.read(evict_first)
+            self.read(read)
             for t in rewarm:
                 t.sum()
             if prelaunch is not None:
