@@ -104,6 +104,10 @@ _OPTIONS = (
     TileOption("XL2B", "MMA: experts_up's weight and scale loads carry an L2 prefetch-size hint of 128 or 256 "
                "bytes (0: none)."),
     TileOption("XL2BD", "MMA: the same hint for experts_down."),
+    TileOption("XEF", "MMA: experts_up's weight and scale loads (or its ring's copies) carry L2's evict-first "
+               "policy (1; 0: none), so the routed experts' stream leaves the other launch's code in L2 (L1's "
+               "policy unchanged)."),
+    TileOption("XEFD", "MMA: the same policy for experts_down."),
     TileOption("XET", "MMA: experts_down reads each item's expert and its rows' slots from the table experts_up "
                "leaves (1), and loads the next item's expert a step ahead (2); 0: finds them itself."),
     TileOption("XDB", "experts_down's items dealt to each program as one run of consecutive items (1) instead "
