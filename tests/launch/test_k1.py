@@ -190,6 +190,42 @@ def graph_replays_bitwise(mode: str, impl: str, g_last=None) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("mode,rows", [("decode", 1), ("verify", 8)])
+def test_l2_evict_first_is_a_policy_that_changes_no_bit(mode, rows):
+    """K1Plan.l2_evict_first (the pipelined copies under L2's evict-first policy, the PTX
+    rewritten: runtime/ptx_l2_policy.py): the launch writes bitwise what the launch without
+    it writes, from the same states, and its compiled PTX carries the policy."""
+    import dataclasses as dc
+
+    import torch
+
+    from sgl_k3_mono.k1.host import launch_args, run_k1
+    from sgl_k3_mono.k1.triton.kernel import k1_kernel
+
+    keep: dict = {}
+    run_case(Case(f"l2 evict-first {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=73, phased=False),
+             "cuda", scratch_keep=keep)
+    plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
+    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
+    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
+        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
+    got = []
+    for p in (plan, dc.replace(plan, l2_evict_first=True)):
+        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
+        io.out.fill_(float("nan"))
+        run_k1(p, views, io, scratch=scratch, layer=3)
+        torch.cuda.synchronize()
+        got.append([t.clone() for t in written(io)])
+    for a, b in zip(*got):
+        assert torch.equal(a, b)
+    args, meta = launch_args(dc.replace(plan, l2_evict_first=True), views, io, scratch, layer=3, deadline_s=10)
+    ptx = k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=-1, SEAM_STEP=0).asm["ptx"]
+    print(f"\nK1GPU l2_evict_first {mode} M={rows}: bitwise; cp.async with the policy "
+          f"{ptx.count('.L2::cache_hint')}, createpolicy {ptx.count('createpolicy')}")
+    assert meta["EFW"] and ptx.count("createpolicy") == 1 and ptx.count(".L2::cache_hint") > 0
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("mode,rows", [("decode", 2), ("verify", 8)])
 def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
     """K1IO.l2_next (the layer's o_proj, asked into L2 as the KDA phase starts): the launch

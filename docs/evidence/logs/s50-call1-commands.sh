@@ -2,19 +2,19 @@
 # cold 145.6 vs warm 133.4 us, H100 bf16; all of it back when the same launch ran first on a copy of the weights).
 # Would weight streams read with L2's evict-first policy keep a launch's code in L2? bench k2 --l2-cold also times
 # ours after the 256 MB flush read evict-first by runtime/l2_stream.py (after_evict_first_read) and after the same
-# kernel's read with the default policy (after_stream_read, its control). Beside it, the remedy for MXFP4's routed
-# experts (XEF / XEFD: their loads evict-first in L2): its cost alone (bench k2), its bitwise row (options test),
-# and the MXFP4 step with it (bench step --k2-block: does K1, whose code K2's stream evicts, gain?).
+# kernel's read with the default policy (after_stream_read, its control). Then the remedy in the MXFP4 step:
+# K1's pipelined copies (its ~90 MB in-projection stream) evict-first (K1Plan.l2_evict_first, the PTX rewritten:
+# runtime/ptx_l2_policy.py), and K2's routed-expert loads evict-first (XEF / XEFD); then their bitwise GPU tests.
 set -u
 source tools/device/env.sh >/dev/null 2>&1
+python3 -c "import triton; from triton import knobs; print('triton', triton.__version__, 'stages hook:', hasattr(knobs.runtime, 'add_stages_inspection_hook'))"
 warm "$OUT/warm.log" \
   "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --warm-only" \
-  "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1 --warm-only --block '' --block XEF=1,XEFD=1" \
-  "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 8 --warm-only --block '' --block XEF=1,XEFD=1"
+  "timeout 240 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1 --warm-only --block '' --block XEF=1,XEFD=1"
 timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16,mxfp4 --rows 1 --no-phases --l2-cold 2>&1 \
   | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-l2cold-ef.log"
-timeout 150 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1,8 --no-phases --block "" --block XEF=1,XEFD=1 \
-  2>&1 | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-xef-mxfp4.log"
-timeout 200 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 --rows 1 --kernels --k2-block XEF=1,XEFD=1 2>&1 \
-  | grep -E "^step bench|^ M |^ *[0-9]+ |^kernels|Error|Traceback|--kernels" | tee "$OUT/step-xef-mxfp4.log"
-t k2-options 240 tests/launch/test_k2.py -k "options_against"
+timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 --rows 1 --kernels --k1-evict-first \
+  --k2-block XEF=1,XEFD=1 2>&1 | grep -E "^step bench|^ M |^ *[0-9]+ |^kernels|Error|Traceback|--kernels" \
+  | tee "$OUT/step-ef-mxfp4.log"
+t k1-ef 120 tests/launch/test_k1.py -k "l2_evict_first"
+t k2-options 200 tests/launch/test_k2.py -k "options_against"
