@@ -8,10 +8,10 @@
 set -u
 source tools/device/env.sh >/dev/null 2>&1
 python3 -c "import triton; from triton import knobs; print('triton', triton.__version__, 'stages hook:', hasattr(knobs.runtime, 'add_stages_inspection_hook'))"
-timeout 200 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --l2-cold 2>&1 \
+timeout 150 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --l2-cold 2>&1 \
   | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-l2cold-ef.log"
-timeout 240 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 --rows 1 --kernels --k1-evict-first \
+timeout 220 python3 -m sgl_k3_mono.cli bench step --fmt mxfp4 --rows 1 --kernels --k1-evict-first \
   --k2-block XEF=1,XEFD=1 2>&1 | grep -E "^step bench|^ M |^ *[0-9]+ |^kernels|Error|Traceback|--kernels" \
   | tee "$OUT/step-ef-mxfp4.log"
-t k1-ef 120 tests/launch/test_k1.py -k "l2_evict_first"
+t k1-ef 100 tests/launch/test_k1.py -k "l2_evict_first"
 
