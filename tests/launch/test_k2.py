@@ -270,7 +270,8 @@ def test_k2_gpu_expert_options_against_the_default_launch():
     register and L2 prefetches, deeper dense pipelines, the shared down run in
     experts_up (SDU, all or SDUQ sixteenths of them), experts_down's items one run a
     program (XDB), the fitted carveout (CARVE), the rings, the expert table (XET), the L2 prefetch-size hints (XL2B /
-    XL2BD) and evict-first policy (XEF / XEFD), experts_down's k-blocks in one step (KUD 3) and the routing inside the front
+    XL2BD) and evict-first policy (XEF / XEFD), experts_down's k-blocks in one step (KUD 3) and the routing inside
+    the front
     (FR; its 32-row router and shared gate/up tiles take each output's K sum in the same
     order as the 64-row ones: bitwise on the H200, twenty-third session) change no
     arithmetic, so their output is bitwise the plain one's;

@@ -369,7 +369,8 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(nx, nkb - 1)
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
-                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B, EF)
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B,
+                        EF)
             xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
