@@ -77,6 +77,17 @@ def test_the_hook_adds_its_version_to_the_cache_key_and_wraps_only_the_ptx_stage
     monkeypatch.setattr(pol, "_installed", False)
 
 
+def test_a_triton_without_the_hook_is_refused_not_left_unrewritten(monkeypatch):
+    import types
+
+    from triton import knobs
+
+    monkeypatch.setattr(knobs, "runtime", types.SimpleNamespace())
+    monkeypatch.setattr(pol, "_installed", False)
+    with pytest.raises(RuntimeError, match="add_stages_inspection_hook"):
+        pol.install()
+
+
 _COMPILE = """
 import re
 from sgl_k3_mono import compile_check as cc

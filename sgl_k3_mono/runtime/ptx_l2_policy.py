@@ -76,6 +76,9 @@ def install() -> None:
         return
     from triton import knobs
 
+    if not hasattr(knobs.runtime, "add_stages_inspection_hook"):  # a marked kernel would compile unrewritten
+        raise RuntimeError(f"ptx_l2_policy: Triton {triton.__version__} has no knobs.runtime."
+                           "add_stages_inspection_hook; the L2 evict-first policy cannot be applied")
     prev = knobs.runtime.add_stages_inspection_hook
 
     def hook(*args):
