@@ -189,6 +189,27 @@ def graph_replays_bitwise(mode: str, impl: str, g_last=None) -> None:
     assert int(scratch.sync[3]) == 0, "GL's gate-tile count was not cleared at departure"
 
 
+def _writes_from_same_states(keep: dict, mode: str, runs: list) -> list:
+    """Runs K1 once per (plan, io) in `runs`, each from the states run_case left (the pools
+    and the bank put back, the output poisoned), and returns what each run wrote: the
+    options these tests check must change no bit of it."""
+    import torch
+
+    from sgl_k3_mono.k1.host import run_k1
+
+    views, io0, scratch = keep["views"], keep["io"], keep["scratch"]
+    pools = (io0.conv_pool.clone(), io0.ssm_pool.clone(), io0.bank.clone())
+    got = []
+    for plan, io in runs:
+        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
+        io.out.fill_(float("nan"))
+        run_k1(plan, views, io, scratch=scratch, layer=3)
+        torch.cuda.synchronize()
+        got.append([t.clone() for t in [io.out, io.conv_pool, io.ssm_pool, io.bank]
+                    + ([io.verify_conv, io.verify_ssm] if mode == "verify" else [])])
+    return got
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode,rows", [("decode", 1), ("verify", 8)])
 def test_l2_evict_first_is_a_policy_that_changes_no_bit(mode, rows):
@@ -199,23 +220,14 @@ def test_l2_evict_first_is_a_policy_that_changes_no_bit(mode, rows):
 
     import torch
 
-    from sgl_k3_mono.k1.host import launch_args, run_k1
+    from sgl_k3_mono.k1.host import launch_args
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
 
     keep: dict = {}
     run_case(Case(f"l2 evict-first {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=73, phased=False),
              "cuda", scratch_keep=keep)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
-    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
-    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
-        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
-    got = []
-    for p in (plan, dc.replace(plan, l2_evict_first=True)):
-        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
-        io.out.fill_(float("nan"))
-        run_k1(p, views, io, scratch=scratch, layer=3)
-        torch.cuda.synchronize()
-        got.append([t.clone() for t in written(io)])
+    got = _writes_from_same_states(keep, mode, [(plan, io), (dc.replace(plan, l2_evict_first=True), io)])
     for a, b in zip(*got):
         assert torch.equal(a, b)
     args, meta = launch_args(dc.replace(plan, l2_evict_first=True), views, io, scratch, layer=3, deadline_s=10)
@@ -234,7 +246,7 @@ def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
 
     import torch
 
-    from sgl_k3_mono.k1.host import launch_args, run_k1
+    from sgl_k3_mono.k1.host import launch_args
 
     keep: dict = {}
     run_case(Case(f"l2 next {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=71, phased=False, g_last=False),
@@ -246,16 +258,7 @@ def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
     assert launch_args(plan, views, nx, scratch, layer=3, deadline_s=10)[1]["NXB"] > 0  # it does ask
     assert launch_args(plan, views, io, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0  # nothing to ask for
     assert launch_args(dc.replace(plan, l2_next=False), views, nx, scratch, layer=3, deadline_s=10)[1]["NXB"] == 0
-    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
-    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
-        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
-    got = []
-    for x in (io, nx):
-        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
-        io.out.fill_(float("nan"))
-        run_k1(plan, views, x, scratch=scratch, layer=3)
-        torch.cuda.synchronize()
-        got.append([t.clone() for t in written(x)])
+    got = _writes_from_same_states(keep, mode, [(plan, io), (plan, nx)])
     for a, b in zip(*got):
         assert torch.equal(a, b)
 
@@ -270,7 +273,7 @@ def test_fitted_carveout_changes_no_bit(mode, rows):
 
     import torch
 
-    from sgl_k3_mono.k1.host import DEFAULT_DEADLINE_S, launch_args, run_k1
+    from sgl_k3_mono.k1.host import DEFAULT_DEADLINE_S, launch_args
     from sgl_k3_mono.k1.triton.kernel import k1_kernel
     from sgl_k3_mono.runtime import triton_smem
 
@@ -278,17 +281,9 @@ def test_fitted_carveout_changes_no_bit(mode, rows):
     run_case(Case(f"carve {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=72, phased=False), "cuda",
              scratch_keep=keep)
     plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
-    pools = (io.conv_pool.clone(), io.ssm_pool.clone(), io.bank.clone())
-    written = lambda x: [x.out, x.conv_pool, x.ssm_pool, x.bank] + (  # noqa: E731
-        [x.verify_conv, x.verify_ssm] if mode == "verify" else [])
-    got = []
+    got = _writes_from_same_states(keep, mode, [(dc.replace(plan, carve=c), io) for c in (False, True)])
     for carve in (False, True):
         p = dc.replace(plan, carve=carve)
-        io.conv_pool.copy_(pools[0]), io.ssm_pool.copy_(pools[1]), io.bank.copy_(pools[2])
-        io.out.fill_(float("nan"))
-        run_k1(p, views, io, scratch=scratch, layer=3)
-        torch.cuda.synchronize()
-        got.append([t.clone() for t in written(io)])
         args, meta = launch_args(p, views, io, scratch, layer=3, deadline_s=DEFAULT_DEADLINE_S)  # run_k1's key
         assert meta["CARVE"] == carve
         if carve:
