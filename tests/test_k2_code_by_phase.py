@@ -1,0 +1,41 @@
+"""tools/k2_code_by_phase.py: each instruction goes to the phase whose block of
+k2/triton/kernel.py it was inlined from, and every phase's block is found."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("k2_code_by_phase", ROOT / "tools" / "k2_code_by_phase.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_phase_block_is_found_in_order():
+    from sgl_k3_mono.k2.triton.frame import PHASES
+
+    starts = _tool().phase_starts()
+    assert [n for _, n in starts] == ["entry", *PHASES]
+    assert [no for no, _ in starts] == sorted(no for no, _ in starts)
+
+
+def test_an_instruction_goes_to_the_outermost_kernel_line():
+    tool = _tool()
+    starts = [(0, "entry"), (100, "o_proj"), (200, "seam")]
+    sass = "\n".join([
+        '\t//## File "/x/sgl_k3_mono/k2/triton/kernel.py", line 5',
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;",
+        '\t//## File "/x/sgl_k3_mono/k2/triton/frame.py", line 35 inlined at "/x/sgl_k3_mono/k2/triton/kernel.py", '
+        "line 150",
+        '\t//## File "/x/sgl_k3_mono/k2/triton/kernel.py", line 150',
+        "        /*0010*/                   S2R R0, SR_CTAID.X ;",
+        "        /*0090*/                   MOV R2, R3 ;",
+        '\t//## File "/x/sgl_k3_mono/k2/triton/kernel.py", line 250',
+        "        /*00a0*/                   EXIT ;",
+    ])
+    assert dict(tool.by_phase(sass, starts)) == {"entry": [0], "o_proj": [0x10, 0x90], "seam": [0xA0]}

@@ -1,0 +1,85 @@
+"""How much sm_90 machine code each K2 phase holds. Compiles K2 on the CPU (no GPU), disassembles
+it with line info (`nvdisasm -gi`) and gives each instruction to the phase whose `if PERSISTENT or
+PHASE == p` block in k2/triton/kernel.py it was inlined from (the outermost kernel.py line).
+
+    python tools/k2_code_by_phase.py [bf16|mxfp4] [ROWS]
+
+Why: a served step's K2 fetches its code from HBM (forty-ninth session: every K2 after a K1 or MLA
+runs ~12 us slower at 1 row, and the same launch run first on other weights gives it all back). The
+table says which phases' code is long, to set against which phases slow when L2 is cold.
+Instructions are 16 bytes; `lines` counts the distinct 128-byte lines a phase's code touches.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNEL = os.path.join(HERE, "..", "sgl_k3_mono", "k2", "triton", "kernel.py")
+
+
+def phase_starts() -> list[tuple[int, str]]:
+    """(first kernel.py line, phase name) for each phase block, in source order."""
+    from sgl_k3_mono.k2.triton.frame import PHASES
+
+    starts = [(0, "entry")]
+    for no, line in enumerate(open(KERNEL), 1):
+        m = re.search(r"if \(?PERSISTENT.*PHASE == (\d+):", line)
+        if m:
+            starts.append((no, PHASES[int(m.group(1))]))
+    return starts
+
+
+def by_phase(sass: str, starts: list[tuple[int, str]]) -> dict[str, list[int]]:
+    """phase -> the addresses of its instructions."""
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    cur = "?"
+    for line in sass.splitlines():
+        m = re.match(r'\s*//## File ".*?k2/triton/kernel\.py", line (\d+)\s*$', line)  # outermost: no "inlined at"
+        if m:
+            no = int(m.group(1))
+            cur = [name for first, name in starts if first <= no][-1]
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if m:
+            out[cur].append(int(m.group(1), 16))
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    fmt = argv[0] if argv else "bf16"
+    rows = int(argv[1]) if len(argv) > 1 else 1
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    import triton
+
+    from sgl_k3_mono import compile_check as cc
+
+    cc._stub_driver("sm_90")
+    kernel, args, meta = cc._k2_variant(fmt, "sm_90", rows, "sm_90")
+    meta.setdefault("PHASE", -1)
+    ck = kernel.warmup(*args, grid=(132,), **meta)
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "-gi", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    starts = phase_starts()
+    phases = by_phase(sass, starts)
+    total = sum(len(a) for a in phases.values())
+    print(f"K2CODE {fmt} M={rows} sm_90 (Triton {triton.__version__}): {total} instructions, {total * 16 / 1024:.1f} KB")
+    for name in [n for _, n in starts] + ["?"]:
+        a = phases.get(name)
+        if a:
+            print(f"K2CODE {name:13s} {len(a):6d} instr {len(a) * 16 / 1024:6.1f} KB "
+                  f"{len({x // 128 for x in a}):5d} lines")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
