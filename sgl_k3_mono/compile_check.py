@@ -200,16 +200,22 @@ def variants(full: bool) -> list[tuple[str, object]]:
 
 # ---- compile and inspect one variant ------------------------------------------------------
 
-def cuobjdump(cubin: bytes, flag: str) -> str:
-    """What the cuobjdump that ships in Triton's wheel prints for a cubin (`-sass`: its SASS;
-    `--dump-resource-usage`: registers, stack, shared and local memory)."""
+def nv_tool(name: str, cubin: bytes, *flags: str) -> str:
+    """What one of the CUDA binary tools in Triton's wheel (`cuobjdump`, `nvdisasm`) prints for
+    a cubin: the wheel's copy, so the listing matches the ptxas that built the cubin."""
     import triton
 
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        return subprocess.run([tool, flag, f.name], capture_output=True, text=True, check=True).stdout
+        return subprocess.run([tool, *flags, f.name], capture_output=True, text=True, check=True).stdout
+
+
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """cuobjdump's view of a cubin (`-sass`: its SASS; `--dump-resource-usage`: registers,
+    stack, shared and local memory)."""
+    return nv_tool("cuobjdump", cubin, flag)
 
 
 def _nv_resources(cubin: bytes) -> dict:

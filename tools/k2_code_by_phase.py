@@ -15,9 +15,7 @@ from __future__ import annotations
 import collections
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL = os.path.join(HERE, "..", "sgl_k3_mono", "k2", "triton", "kernel.py")
@@ -64,11 +62,7 @@ def main(argv=None) -> int:
     kernel, args, meta = cc._k2_variant(fmt, "sm_90", rows, "sm_90")
     meta.setdefault("PHASE", -1)
     ck = kernel.warmup(*args, grid=(132,), **meta)
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(ck.asm["cubin"])
-        f.flush()
-        sass = subprocess.run([tool, "-gi", "-c", f.name], capture_output=True, text=True, check=True).stdout
+    sass = cc.nv_tool("nvdisasm", ck.asm["cubin"], "-gi", "-c")
     starts = phase_starts()
     phases = by_phase(sass, starts)
     total = sum(len(a) for a in phases.values())
