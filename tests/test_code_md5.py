@@ -4,18 +4,13 @@ changed instruction changes it."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
+from support import tools
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("code_md5", ROOT / "tools" / "code_md5.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tools.load("code_md5")
 
 
 def _amdgcn(file: str, line: int, op: str = "v_add_f32 v1, v2, v3") -> SimpleNamespace:

@@ -3,17 +3,11 @@ k2/triton/kernel.py it was inlined from, and every phase's block is found."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
+from support import tools
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("k2_code_by_phase", ROOT / "tools" / "k2_code_by_phase.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tools.load("k2_code_by_phase")
 
 
 def test_every_phase_block_is_found_in_order():

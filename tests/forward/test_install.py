@@ -7,21 +7,16 @@ raise as SGLang intends."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import types
-from pathlib import Path
 
 import msgspec
 import pytest
 import torch
 
+from support import sglang_triton_cpu as helpers
 from support.sglang_cpu import build_model, fake_device, publish, server_args
 
 ARCH = "KimiK3ForConditionalGeneration"
-_spec = importlib.util.spec_from_file_location(
-    "_sglang_triton_cpu", Path(__file__).resolve().parents[1] / "reference" / "_sglang_triton_cpu.py")
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
 
 from sgl_k3_mono.forward.build import build  # noqa: E402
 from sgl_k3_mono.spec import SPEC  # noqa: E402

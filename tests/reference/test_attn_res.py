@@ -9,17 +9,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from sgl_k3_mono.reference import attn_res as ar
 
-_spec = importlib.util.spec_from_file_location("_sglang_triton_cpu", Path(__file__).with_name("_sglang_triton_cpu.py"))
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
+from support import sglang_triton_cpu as helpers
 
 EPS = 1e-5
 NB = 8

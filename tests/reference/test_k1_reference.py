@@ -3,18 +3,13 @@ decode / verify kernel chain (Triton interpreter), at tiny and real per-rank sha
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from sgl_k3_mono.k1 import K1LocalWeights, K1Weights, KDAState, SeamInput, VerifyBuffers, k1_reference
 from sgl_k3_mono.k1.reference import in_projection
 
-_spec = importlib.util.spec_from_file_location("_sglang_triton_cpu", Path(__file__).with_name("_sglang_triton_cpu.py"))
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
+from support import sglang_triton_cpu as helpers
 
 EPS = 1e-5
 

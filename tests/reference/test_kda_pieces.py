@@ -9,18 +9,13 @@ execute here through Triton's interpreter: `causal_conv1d_update`,
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
 from sgl_k3_mono.reference import kda
 from sgl_k3_mono.reference.ops import bf16
 
-_spec = importlib.util.spec_from_file_location("_sglang_triton_cpu", Path(__file__).with_name("_sglang_triton_cpu.py"))
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
+from support import sglang_triton_cpu as helpers
 
 # Real per-rank KDA shape at TP 8: 12 heads x 128; 8 rows; pool of 11 slots.
 H_L, D, KW, M, SLOTS, T = 12, 128, 4, 8, 11, 6

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -12,9 +9,7 @@ from sgl_k3_mono.dims import K3Dims
 from sgl_k3_mono.reference.mla import MLAWeights, latent_row, mla_decode
 from sgl_k3_mono.reference.ops import bf16
 
-_spec = importlib.util.spec_from_file_location("_sglang_triton_cpu", Path(__file__).with_name("_sglang_triton_cpu.py"))
-helpers = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helpers)
+from support import sglang_triton_cpu as helpers
 
 STEPS = 3
 

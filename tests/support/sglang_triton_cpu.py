@@ -6,7 +6,7 @@ Run SGLang's own Triton kernels on the CPU through Triton's interpreter.
 TRITON_INTERPRET must be set before Triton decorates a kernel, and the test process has
 long since imported SGLang, so each batch of kernel calls runs in a fresh interpreter:
 inputs go through torch.save, the script fills `result`, and that comes back the same way.
-Load this file by path (`load_helper`): tests/reference has no package of its own.
+Tests import it as `from support import sglang_triton_cpu as helpers`.
 """
 
 from __future__ import annotations
