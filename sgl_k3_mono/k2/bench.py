@@ -198,18 +198,16 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     `std_seen`: {(fmt, rows): standard-path times} from an earlier block of the same process, which
     it reuses (the standard path reads the same seeded layer and inputs whatever the block), so a
     sweep of many blocks times it once a row count; filled in here.
-    `l2_cold`: also ours with L2 emptied before each launch (`ours_cold_us`: a 256 MB buffer
-    read, then the launch, less the read timed alone), as a served step's K2 runs after K1 or
-    MLA streamed their own bytes; and three ways of putting part of L2 back after the flush:
-    the launch's small tensors (`ours_cold_dw_us`), a word of every 64 KB of its weights (their
-    translations: `ours_cold_pt_us`), the same launch on a copy of the weights (its code with
-    the rest: `ours_cold_cw_us`). On an H100 at 1 row bf16 (k2-sm90.md's forty-ninth section)
-    133.4 us warm, 145.6 cold, 144.7 / 145.5 with the small tensors / pages back, and 132.9
-    after the other launch: the cold launch pays for fetching its code from HBM. And the
-    launch after the same bytes read evict-first from L2 (`ours_after_evict_first_us`) and, its
-    control, read by the same kernel with the default policy (`ours_after_stream_us`): warm after
-    the first and cold after the second would say weight streams read evict-first keep each
-    launch's code in L2.
+    `l2_cold`: also ours with L2 emptied before each launch (`ours_cold_us["l2_cold"]`: a
+    256 MB buffer read by torch's sum, then the launch, less the read timed alone), as a served
+    step's K2 runs after K1 or MLA streamed their own bytes; three ways of putting part of L2
+    back after the flush: the launch's small tensors (`l2_cold_data_warm`), a word of every
+    64 KB of its weights (their translations: `l2_cold_pages_warm`), the same launch on a copy
+    of the weights (its code with the rest: `l2_cold_after_other`); and the launch after each
+    other read of _L2Flush.READS (`after_<read>`). On an H100 at 1 row bf16 (k2-sm90.md's
+    forty-ninth section) 133.4 us warm, 145.6 cold, 144.7 / 145.5 with the small tensors /
+    pages back, 132.9 after the other launch; fifty-second: 133.0 after the same 256 MB read by
+    l2_stream's kernel, 135.7 after it read evict-first.
     `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
     in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
     launch before, as in a served step, and nothing is subtracted."""
@@ -241,25 +239,25 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             torch.cuda.synchronize()
             t_first = time.monotonic()
             ours = _graph_time_us(lambda: launch(rw, attn, bank, nvb, prefix, out))
-            ours_cold = ours_cold_dw = ours_cold_pt = ours_cold_cw = ours_ef = ours_sr = None
+            cold: dict = {}  # (the printed name, ours_<name>: us)
             if l2_cold:
                 flush = _L2Flush()
                 once = lambda: launch(rw, attn, bank, nvb, prefix, out)  # noqa: E731
                 # cold: L2 emptied first, then put partly back: the launch's inputs, scratch and small
                 # weights; and one word of every 64 KB of the weights (their address translations, next
                 # to none of their bytes); and the same launch on a copy of the weights (its code, scratch
-                # and inputs, none of this copy's weights); and the flush read evict-first instead
+                # and inputs, none of this copy's weights). Then other reads before the launch, to find
+                # which of them cost it what the flush does (fifty-second session: after a 256 MB read
+                # by runtime/l2_stream.py's kernel the launch ran warm, after torch's sum of it cold)
                 small = _small_tensors((rw, launch.scratch, attn, bank, prefix, out))
                 pages = _page_touches(rw)
                 other = _weight_copies(fmt, rw, 2)[1]
-                cold_ways = {"l2cold": flush.before(), "l2cold_data_warm": flush.before(rewarm=small),
-                             "l2cold_pages_warm": flush.before(rewarm=small + pages),
-                             "l2cold_after_other": flush.before(
+                cold_ways = {"l2_cold": flush.before(), "l2_cold_data_warm": flush.before(rewarm=small),
+                             "l2_cold_pages_warm": flush.before(rewarm=small + pages),
+                             "l2_cold_after_other": flush.before(
                                  prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
-                             "after_evict_first_read": flush.before(read="stream_evict_first"),
-                             "after_stream_read": flush.before(read="stream")}
-                ours_cold, ours_cold_dw, ours_cold_pt, ours_cold_cw, ours_ef, ours_sr = (
-                    _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for b in cold_ways.values())
+                             **{f"after_{how}": flush.before(read=how) for how in _L2Flush.READS if how != "sum"}}
+                cold = {k: _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for k, b in cold_ways.items()}
             ours_rot = None
             if rotate > 1:
                 copies = _weight_copies(fmt, rw, rotate)
@@ -304,9 +302,7 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                     std_tuned = std_us(experts="sglang", config=cfg)
                 if std_seen is not None:
                     std_seen[(fmt, m)] = (std, std_bmm, std_tuned)
-            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=ours_cold, ours_cold_dw_us=ours_cold_dw,
-                     ours_cold_pt_us=ours_cold_pt, ours_cold_cw_us=ours_cold_cw,
-                     ours_after_evict_first_us=ours_ef, ours_after_stream_us=ours_sr, ours_rot_us=ours_rot,
+            r = dict(fmt=fmt, rows=m, ours_us=ours, ours_cold_us=cold, ours_rot_us=ours_rot,
                      std_us=std, std_bmm_us=std_bmm, std_tuned_us=std_tuned, floor_us=floor_us,
                      touched=touched, bytes=floor_bytes, phases_us=per_phase, trace_us=traced)
             results.append(r)
@@ -315,11 +311,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
             bmm_s = f" std_bmm={std_bmm:.1f}us ({std_bmm / ours:.2f}x)" if std_bmm else ""
             if std_tuned:
                 bmm_s += f" std_tuned={std_tuned:.1f}us ({std_tuned / ours:.2f}x)"
-            if ours_cold is not None:
-                bmm_s += (f" ours_l2_cold={ours_cold:.1f}us (bw_frac {floor_us / ours_cold:.2f})"
-                          f" ours_l2_cold_data_warm={ours_cold_dw:.1f}us ours_l2_cold_pages_warm={ours_cold_pt:.1f}us"
-                          f" ours_l2_cold_after_other={ours_cold_cw:.1f}us"
-                          f" ours_after_evict_first_read={ours_ef:.1f}us ours_after_stream_read={ours_sr:.1f}us")
+            if cold:
+                bmm_s += f" ours_l2_cold={cold['l2_cold']:.1f}us (bw_frac {floor_us / cold['l2_cold']:.2f})"
+                bmm_s += "".join(f" ours_{k}={v:.1f}us" for k, v in cold.items() if k != "l2_cold")
             if ours_rot is not None:
                 bmm_s += f" ours_rot{rotate}={ours_rot:.1f}us (bw_frac {floor_us / ours_rot:.2f})"
             print(f"K2BENCH {fmt:5s} M={m} experts={touched:3d} bytes={floor_bytes / 1e6:7.1f}MB "
@@ -358,25 +352,51 @@ def _print_trace(label: str, traced: dict) -> None:
 class _L2Flush:
     """Empties L2 of everything a launch left there: a 256 MB buffer (five times the H100's
     50 MB L2) read. A read, not a fill: a fill leaves L2 full of dirty lines whose write-back
-    the launch would then pay for. `read`: "sum" (torch's), or runtime/l2_stream.py's kernel,
-    "stream_evict_first" with L2's evict-first policy (which should leave the launch's other
-    lines in place) and "stream", the same kernel with the default policy (its control)."""
+    the launch would then pay for. `read` (READS) picks what runs instead, to tell L2's
+    contents from the kernel that ran last (fifty-second session: after a 256 MB read by
+    runtime/l2_stream.py's kernel the launch ran warm, after torch's sum of it cold)."""
+
+    READS = ("sum", "stream", "stream_evict_first", "sum_tiny", "stream_then_sum_tiny", "stream_fit_carveout",
+             "gemv")
+    """sum: torch's sum of the buffer (the flush). stream / stream_evict_first: l2_stream's
+    kernel over it, default and evict-first policy. sum_tiny: torch's sum of 4 KB (a torch
+    kernel last, L2 not emptied); stream_then_sum_tiny: the stream, then that. stream_fit_
+    carveout: the stream with its carveout fitted to its tiny shared memory (SMs left mostly
+    L1). gemv: cuBLAS, a row times a [8192, 7168] bf16 matrix (117 MB: as an MLA layer's
+    projections before its K2)."""
 
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
-        self.parts = None  # (stream_read's partial sums, made on its first use)
+        self.parts: dict = {}  # (stream_read's partial sums by block size, made on first use)
+        self.mat = None
 
-    def read(self, how: str = "sum") -> None:
-        if how == "sum":
-            torch.sum(self.buf, 0, out=self.sink)
-            return
+    def _stream(self, evict_first: bool = False, carve: bool = False) -> None:
         from sgl_k3_mono.runtime.l2_stream import stream_read
 
-        if self.parts is None:
+        block = 512 if carve else 1024  # (its own compiled kernel: the carveout stays with it)
+        if block not in self.parts:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
-            self.parts = torch.empty(4 * sms, 1024, dtype=torch.float32, device="cuda")
-        stream_read(self.buf, self.parts, evict_first={"stream": False, "stream_evict_first": True}[how])
+            self.parts[block] = torch.empty(4096 * sms // block, block, dtype=torch.float32, device="cuda")
+        stream_read(self.buf, self.parts[block], evict_first=evict_first, carve=carve)
+
+    def read(self, how: str = "sum") -> None:
+        if how not in self.READS:
+            raise ValueError(f"_L2Flush.read: {how!r} is none of {self.READS}")
+        if how == "sum":
+            torch.sum(self.buf, 0, out=self.sink)
+        elif how in ("stream", "stream_evict_first", "stream_fit_carveout"):
+            self._stream(evict_first=how == "stream_evict_first", carve=how == "stream_fit_carveout")
+        elif how in ("sum_tiny", "stream_then_sum_tiny"):
+            if how == "stream_then_sum_tiny":
+                self._stream()
+            torch.sum(self.buf[:1024], 0, out=self.sink)
+        else:
+            if self.mat is None:
+                self.mat = torch.ones(8192, 7168, dtype=torch.bfloat16, device="cuda")
+                self.vec = torch.ones(7168, dtype=torch.bfloat16, device="cuda")
+                self.mv = torch.empty(8192, dtype=torch.bfloat16, device="cuda")
+            torch.mv(self.mat, self.vec, out=self.mv)
 
     def before(self, rewarm: tuple = (), prelaunch: Optional[Callable[[], None]] = None,
                read: str = "sum") -> Callable[[], None]:

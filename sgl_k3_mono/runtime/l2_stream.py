@@ -24,9 +24,17 @@ def _stream_read(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EP: tl.constexpr):
     tl.store(out_ptr + pid * BLOCK + offs, acc)  # (kept, so the loads are not dead code)
 
 
-def stream_read(x, out, evict_first: bool) -> None:
+def stream_read(x, out, evict_first: bool, carve: bool = False) -> None:
     """Read every element of the fp32 buffer `x` once; `out` ([programs, block] fp32) takes
-    each program's partial sums. `evict_first`: the loads carry L2's evict-first policy."""
+    each program's partial sums. `evict_first`: the loads carry L2's evict-first policy.
+    `carve`: the kernel's carveout fitted to its (tiny) shared memory, so an SM it runs on
+    splits its memory mostly to L1 (runtime/triton_smem.fit_carveout), as a kernel that asks
+    for no carveout may get from the driver (give it an `out` of another block size: the
+    hint stays with the compiled kernel)."""
     programs, block = out.shape
-    _stream_read[(programs,)](x, out, x.numel(), BLOCK=block, EP="evict_first" if evict_first else "",
-                              num_warps=4, num_stages=1)
+    kernel = _stream_read[(programs,)](x, out, x.numel(), BLOCK=block, EP="evict_first" if evict_first else "",
+                                       num_warps=4, num_stages=1)
+    if carve:
+        from sgl_k3_mono.runtime.triton_smem import fit_carveout
+
+        fit_carveout(kernel)
