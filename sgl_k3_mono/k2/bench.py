@@ -357,13 +357,15 @@ class _L2Flush:
     runtime/l2_stream.py's kernel the launch ran warm, after torch's sum of it cold)."""
 
     READS = ("sum", "stream", "stream_evict_first", "sum_tiny", "stream_then_sum_tiny", "stream_fit_carveout",
-             "gemv")
+             "gemv", "code_22kb", "code_110kb")
     """sum: torch's sum of the buffer (the flush). stream / stream_evict_first: l2_stream's
     kernel over it, default and evict-first policy. sum_tiny: torch's sum of 4 KB (a torch
     kernel last, L2 not emptied); stream_then_sum_tiny: the stream, then that. stream_fit_
     carveout: the stream with its carveout fitted to its tiny shared memory (SMs left mostly
     L1). gemv: cuBLAS, a row times a [8192, 7168] bf16 matrix (117 MB: as an MLA layer's
-    projections before its K2)."""
+    projections before its K2). code_22kb / code_110kb: one / five Triton kernels of 22 KB of
+    straight-line code each on every SM, reading 4 KB (l2_stream.code_sweep: SMs' instruction
+    caches filled with other code, L2 kept)."""
 
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
@@ -391,6 +393,12 @@ class _L2Flush:
             if how == "stream_then_sum_tiny":
                 self._stream()
             torch.sum(self.buf[:1024], 0, out=self.sink)
+        elif how in ("code_22kb", "code_110kb"):
+            from sgl_k3_mono.runtime.l2_stream import code_sweep
+
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            code_sweep(self.buf, self.parts.setdefault("code", torch.empty(sms, 128, device="cuda")),
+                       kernels=1 if how == "code_22kb" else 5)
         else:
             if self.mat is None:
                 self.mat = torch.ones(8192, 7168, dtype=torch.bfloat16, device="cuda")

@@ -38,3 +38,22 @@ def stream_read(x, out, evict_first: bool, carve: bool = False) -> None:
         from sgl_k3_mono.runtime.triton_smem import fit_carveout
 
         fit_carveout(kernel)
+
+
+@triton.jit
+def _code_sweep(x_ptr, out_ptr, STEPS: tl.constexpr, SEED: tl.constexpr):
+    offs = tl.arange(0, 128)
+    acc = tl.zeros((128,), tl.float32)
+    for i in tl.static_range(STEPS):  # unrolled: STEPS distinct load-and-fma bodies, straight-line code
+        acc = acc * (1.0 + i * 1e-7) + tl.load(x_ptr + (offs * 7 + i * 13 + SEED) % 1024)
+    tl.store(out_ptr + tl.program_id(0) * 128 + offs, acc)
+
+
+def code_sweep(x, out, kernels: int = 1) -> None:
+    """Run `kernels` kernels of long straight-line code, each its own (256 unrolled bodies,
+    ~22 KB of sm_90 SASS: more bodies take Triton minutes to compile), on `out.shape[0]`
+    programs, each reading 4 KB of `x` (fp32, >= 1024 + kernels elements): what they leave in
+    L2 is nearly nothing, what they leave in each SM's instruction caches is their code.
+    `out` [programs, 128] fp32."""
+    for seed in range(kernels):
+        _code_sweep[(out.shape[0],)](x, out, STEPS=256, SEED=seed, num_warps=4, num_stages=1)
