@@ -1,4 +1,4 @@
-"""`runtime/l2_stream.stream_read` (the benchmarks' evict-first L2 read) under Triton's CPU
+"""`runtime/l2_stream` (the benchmarks' reads before a launch) under Triton's CPU
 interpreter: every element read exactly once, with either policy; and its sm_90 build carries
 L2's evict-first hint on plain loads (the CPU compile, no GPU)."""
 
@@ -45,3 +45,27 @@ def test_the_sm90_stream_carries_the_l2_evict_first_hint():
     r = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[:2] == ["'' False False False", "'evict_first' True True False"], r.stdout
+
+
+_SWEEP = """
+import torch
+from sgl_k3_mono.runtime.l2_stream import code_sweep
+x = torch.arange(2048, dtype=torch.float32) % 5
+out = torch.full((3, 128), float("nan"))
+code_sweep(x, out, kernels=2)  # the last kernel's (SEED 1) sums are what stays
+offs = torch.arange(128)
+acc = torch.zeros(128, dtype=torch.float64)
+for i in range(256):
+    acc = acc * (1.0 + i * 1e-7) + x[(offs * 7 + i * 13 + 1) % 1024].double()
+print(float((out - acc).abs().max()), float(acc.abs().max()))
+"""
+
+
+def test_the_code_sweep_computes_its_sums():
+    """`code_sweep` (bench k2's `code_22kb` / `code_110kb`: long code, 4 KB of data) under the
+    interpreter: every program's 128 sums are the unrolled loop's."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    r = subprocess.run([sys.executable, "-c", _SWEEP], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    err, scale = map(float, r.stdout.split())
+    assert scale > 100 and err <= 1e-5 * scale, (err, scale)

@@ -146,8 +146,9 @@ class K1Plan:
     l2_evict_first: bool = False
     """EFW: the pipelined copies (the in-projection's weight stream) carry L2's evict-first
     policy (sm_90 PTX, rewritten by runtime/ptx_l2_policy.py; a HIP build ignores it), so the
-    ~90 MB K1 reads a step leave the next K2's code in L2. Off until `bench step --k1-evict-first`
-    has timed it; the GPU test holds it bitwise harmless."""
+    ~90 MB K1 reads a step leave the next K2's code in L2. Withdrawn, to be removed: on an H100
+    (Triton 3.6, fifty-second session) the launch with it hit an illegal instruction, and its
+    premise failed (K2 runs as warm after a 256 MB read with the default policy: k2-sm90.md)."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")

@@ -1,11 +1,12 @@
-"""A stream that reads a buffer through L2 with a chosen eviction priority (sm_90), for the
-benchmarks that ask what one launch's streams leave of another's lines in L2.
+"""Kernels bench k2 runs before a launch, to tell what slows a launch that follows another:
+a stream that reads a buffer through L2 with a chosen eviction priority (sm_90), and a
+kernel of long code that reads next to nothing.
 
-A K2 launch after a 256 MB read with the default policy fetches its code from HBM again
-(k2-sm90.md's forty-ninth section); read with `evict_first`, the stream's lines are L2's first
-victims, which is what K1's and K2's weight streams would need to be for each launch's code
-to stay in L2 across the other. The loads are not pipelined: Triton drops the eviction
-policy from loads it turns into `cp.async`.
+The forty-ninth session read K2's loss after a 256 MB torch read (~12 us at 1 row) as its
+code fetched from HBM. The fifty-second found K2 as warm after `stream_read` of the same
+256 MB, default policy or evict-first, and as slow after torch's sum of 4 KB: the kernel that
+ran before counts, not what L2 holds (k2-sm90.md). The stream's loads are not pipelined:
+Triton drops the eviction policy from loads it turns into `cp.async`.
 """
 
 from __future__ import annotations
