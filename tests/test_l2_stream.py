@@ -69,3 +69,23 @@ def test_the_code_sweep_computes_its_sums():
     assert r.returncode == 0, r.stderr[-2000:]
     err, scale = map(float, r.stdout.split())
     assert scale > 100 and err <= 1e-5 * scale, (err, scale)
+
+
+_SPIN = """
+import torch
+from sgl_k3_mono.compile_check import _stub_driver
+_stub_driver("sm_90")
+from sgl_k3_mono.runtime.l2_stream import _spin
+for ns in (0, 100_000):
+    k = _spin.warmup(torch.empty(4), NS=ns, grid=(4,), num_warps=1, num_stages=1)
+    ptx = k.asm["ptx"]
+    print(ns, "globaltimer" in ptx, ptx.count("ld.global"), ptx.count("st.global") >= 1)
+"""
+
+
+def test_the_sm90_spin_reads_the_timer_and_nothing_else():
+    """l2_stream.spin (bench k2's few-instruction kernel before a launch) builds for sm_90,
+    its only memory access the final store, its wait on the GPU's timer."""
+    r = subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[:2] == ["0 True 0 True", "100000 True 0 True"], r.stdout

@@ -185,7 +185,8 @@ def phase_trace(launch, run_once: Callable[[], None], runs: int = 20) -> dict:
 def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
         block: Optional[dict] = None, per_sm: int = 1, trace: bool = False, warm_only: bool = False,
         trace_out: Optional[str] = None, std_configs: Optional[dict] = None,
-        std_seen: Optional[dict] = None, l2_cold: bool = False, rotate: int = 0) -> list[dict]:
+        std_seen: Optional[dict] = None, l2_cold: bool = False, rotate: int = 0,
+        cold_only: tuple = ()) -> list[dict]:
     """`block`: tile overrides for K2Launch.block (the sweep the defaults came from).
     `trace`: also the in-launch phase profile (phase_trace); `trace_out`: a folder for its
     stamps, every launch's, one file for the block (trace_report.save). `warm_only`: compile the
@@ -210,7 +211,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
     l2_stream's kernel, 135.7 after it read evict-first.
     `rotate`: also ours over that many copies of the layer's weights, one launch each in turn
     in one graph (`ours_rot_us`, a launch's share): no launch finds its own weights from the
-    launch before, as in a served step, and nothing is subtracted."""
+    launch before, as in a served step, and nothing is subtracted.
+    `cold_only`: with `l2_cold`, only the ways of these names."""
     from sgl_k3_mono.budget import k2_bytes
     from sgl_k3_mono.k2.synthetic import tp8_rank_dims
     from sgl_k3_mono.k2.triton.frame import PHASES
@@ -257,6 +259,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                              "l2_cold_after_other": flush.before(
                                  prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
                              **{f"after_{how}": flush.before(read=how) for how in _L2Flush.READS if how != "sum"}}
+                if cold_only:
+                    cold_ways = {k: b for k, b in cold_ways.items() if k in cold_only}
                 cold = {k: _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for k, b in cold_ways.items()}
             ours_rot = None
             if rotate > 1:
@@ -357,7 +361,7 @@ class _L2Flush:
     runtime/l2_stream.py's kernel the launch ran warm, after torch's sum of it cold)."""
 
     READS = ("sum", "stream", "stream_evict_first", "sum_tiny", "stream_then_sum_tiny", "stream_fit_carveout",
-             "gemv", "code_22kb", "code_110kb")
+             "gemv", "code_22kb", "code_110kb", "stream_4kb", "spin_1", "spin_sms", "spin_sms_100us", "code_22kb_1")
     """sum: torch's sum of the buffer (the flush). stream / stream_evict_first: l2_stream's
     kernel over it, default and evict-first policy. sum_tiny: torch's sum of 4 KB (a torch
     kernel last, L2 not emptied); stream_then_sum_tiny: the stream, then that. stream_fit_
@@ -365,7 +369,11 @@ class _L2Flush:
     L1). gemv: cuBLAS, a row times a [8192, 7168] bf16 matrix (117 MB: as an MLA layer's
     projections before its K2). code_22kb / code_110kb: one / five Triton kernels of 22 KB of
     straight-line code each on every SM, reading 4 KB (l2_stream.code_sweep: SMs' instruction
-    caches filled with other code, L2 kept)."""
+    caches filled with other code, L2 kept). Then, to tell the kernel that ran last by its length, its
+    code and the SMs it ran on (fifty-third session): stream_4kb: the stream's kernel and grid over
+    4 KB (a short kernel of the stream's code); spin_1 / spin_sms: l2_stream.spin's few instructions,
+    returning at once, on one program / on one a SM; spin_sms_100us: the same busy 100 us (long,
+    no code, no reads); code_22kb_1: code_22kb on one program (one SM's instruction caches)."""
 
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
@@ -377,10 +385,13 @@ class _L2Flush:
         from sgl_k3_mono.runtime.l2_stream import stream_read
 
         block = 512 if carve else 1024  # (its own compiled kernel: the carveout stays with it)
+        stream_read(self.buf, self._parts(block), evict_first=evict_first, carve=carve)
+
+    def _parts(self, block: int):
         if block not in self.parts:
             sms = torch.cuda.get_device_properties(0).multi_processor_count
             self.parts[block] = torch.empty(4096 * sms // block, block, dtype=torch.float32, device="cuda")
-        stream_read(self.buf, self.parts[block], evict_first=evict_first, carve=carve)
+        return self.parts[block]
 
     def read(self, how: str = "sum") -> None:
         if how not in self.READS:
@@ -393,12 +404,22 @@ class _L2Flush:
             if how == "stream_then_sum_tiny":
                 self._stream()
             torch.sum(self.buf[:1024], 0, out=self.sink)
-        elif how in ("code_22kb", "code_110kb"):
+        elif how in ("code_22kb", "code_110kb", "code_22kb_1"):
             from sgl_k3_mono.runtime.l2_stream import code_sweep
 
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
-            code_sweep(self.buf, self.parts.setdefault("code", torch.empty(sms, 128, device="cuda")),
-                       kernels=1 if how == "code_22kb" else 5)
+            programs = 1 if how == "code_22kb_1" else torch.cuda.get_device_properties(0).multi_processor_count
+            code_sweep(self.buf, self.parts.setdefault(how, torch.empty(programs, 128, device="cuda")),
+                       kernels=5 if how == "code_110kb" else 1)
+        elif how == "stream_4kb":
+            from sgl_k3_mono.runtime.l2_stream import stream_read
+
+            stream_read(self.buf[:1024], self._parts(1024), evict_first=False)
+        elif how.startswith("spin_"):
+            from sgl_k3_mono.runtime.l2_stream import spin
+
+            programs = 1 if how == "spin_1" else torch.cuda.get_device_properties(0).multi_processor_count
+            spin(self.parts.setdefault(how, torch.empty(programs, device="cuda")),
+                 ns=100_000 if how.endswith("100us") else 0)
         else:
             if self.mat is None:
                 self.mat = torch.ones(8192, 7168, dtype=torch.bfloat16, device="cuda")
@@ -562,6 +583,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--l2-cold", action="store_true",
                     help="also time ours with L2 emptied before each launch (ours_l2_cold: as a served step's K2 "
                          "runs), and with its small tensors, its weights' pages or its code put back after the flush")
+    ap.add_argument("--cold-ways", default="",
+                    help="with --l2-cold: only these of its ways, comma-separated (l2_cold, l2_cold_data_warm, "
+                         "l2_cold_pages_warm, l2_cold_after_other, after_<read> for each read of _L2Flush.READS "
+                         "but sum)")
     ap.add_argument("--rotate", type=int, default=0,
                     help="also time ours over N copies of the layer's weights in turn (ours_rotN, a launch's share: "
                          "no launch finds its weights left in L2 by the one before; with --trace, also the last copy's "
@@ -580,7 +605,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         run(tuple(int(x) for x in rows.split(",")), tuple(a.formats.split(",")), phases=not a.no_phases,
             block=block, per_sm=a.per_sm, trace=a.trace, warm_only=a.warm_only, trace_out=a.trace_out,
             std_configs=std_configs, std_seen=std_seen, l2_cold=a.l2_cold,
-            rotate=a.rotate)
+            rotate=a.rotate, cold_only=tuple(w for w in a.cold_ways.split(",") if w))
     return 0
 
 

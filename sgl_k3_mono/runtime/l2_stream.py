@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as _cuda
 
 
 @triton.jit
@@ -58,3 +59,21 @@ def code_sweep(x, out, kernels: int = 1) -> None:
     `out` [programs, 128] fp32."""
     for seed in range(kernels):
         _code_sweep[(out.shape[0],)](x, out, STEPS=256, SEED=seed, num_warps=4, num_stages=1)
+
+
+@triton.jit
+def _spin(out_ptr, NS: tl.constexpr):
+    t0 = _cuda.globaltimer()
+    t = t0
+    while t - t0 < NS:
+        t = _cuda.globaltimer()
+    tl.store(out_ptr + tl.program_id(0), (t - t0).to(tl.float32))
+
+
+def spin(out, ns: int) -> None:
+    """`out.numel()` programs of a few instructions each, busy for `ns` nanoseconds by the GPU's
+    timer (0: they only store); each stores the time it spun into `out` (fp32). With ns=0 and one
+    program it is the smallest kernel there is; with many ns it is a long kernel of next to no
+    code and no memory traffic, to tell the kernel that ran last by its length from its code
+    and its reads."""
+    _spin[(out.numel(),)](out, NS=ns, num_warps=1, num_stages=1)
