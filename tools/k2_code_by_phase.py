@@ -2,7 +2,9 @@
 it with line info (`nvdisasm -gi`) and gives each instruction to the phase whose `if PERSISTENT or
 PHASE == p` block in k2/triton/kernel.py it was inlined from (the outermost kernel.py line).
 
-    python tools/k2_code_by_phase.py [bf16|mxfp4] [ROWS]
+    python tools/k2_code_by_phase.py [bf16|mxfp4] [ROWS] [KEY=V,...]
+
+(KEY=V: constexprs of the build overridden, e.g. STAGES=2: code size only, nothing derived again.)
 
 Why: a served step's K2 fetches its code from HBM (forty-ninth session: every K2 after a K1 or MLA
 runs ~12 us slower at 1 row, and the same launch run first on other weights gives it all back). The
@@ -53,6 +55,7 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     fmt = argv[0] if argv else "bf16"
     rows = int(argv[1]) if len(argv) > 1 else 1
+    override = {k: int(v) for k, v in (kv.split("=") for kv in (argv[2] if len(argv) > 2 else "").split(",") if kv)}
     sys.path.insert(0, os.path.join(HERE, ".."))
     import triton
 
@@ -61,12 +64,16 @@ def main(argv=None) -> int:
     cc._stub_driver("sm_90")
     kernel, args, meta = cc._k2_variant(fmt, "sm_90", rows, "sm_90")
     meta.setdefault("PHASE", -1)
+    unknown = sorted(set(override) - set(meta))
+    if unknown:
+        raise SystemExit(f"k2_code_by_phase: {unknown} are none of the build's constexprs")
+    meta.update(override)
     ck = kernel.warmup(*args, grid=(132,), **meta)
     sass = cc.nv_tool("nvdisasm", ck.asm["cubin"], "-gi", "-c")
     starts = phase_starts()
     phases = by_phase(sass, starts)
     total = sum(len(a) for a in phases.values())
-    print(f"K2CODE {fmt} M={rows} sm_90 (Triton {triton.__version__}): {total} instructions, {total * 16 / 1024:.1f} KB")
+    print(f"K2CODE {fmt} M={rows} {argv[2] if len(argv) > 2 else ''} sm_90 (Triton {triton.__version__}): {total} instructions, {total * 16 / 1024:.1f} KB")
     for name in [n for _, n in starts] + ["?"]:
         a = phases.get(name)
         if a:
