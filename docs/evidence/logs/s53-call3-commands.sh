@@ -8,5 +8,5 @@ timeout 280 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases 
   --block "" --block BKX=256 --block BKX=128 --block STAGES=2 --block BKD=64 --block num_warps=4 2>&1 \
   | grep -E "^K2BENCH|^device|Error|Traceback" | tee "$OUT/k2-bf16-blocks-cold.log"
 timeout 240 python3 -m sgl_k3_mono.k2.bench --formats mxfp4 --rows 1 --no-phases --l2-cold --cold-ways $W \
-  --block "" --block KUX=1 --block KUD=2 --block STAGES=2 --block XPD=0 2>&1 \
+  --block "" --block KUX=1 --block KSX=1 --block STAGES=2 --block XPD=0 2>&1 \
   | grep -E "^K2BENCH|Error|Traceback" | tee "$OUT/k2-mxfp4-blocks-cold.log"
