@@ -16,7 +16,11 @@ unexplained). From the repository root on the GPU:
     ncu --clock-control none -k regex:fp4_mma --launch-count 2 $S python3 tools/device/ncu_k2_experts.py mma
     ncu --clock-control none -k regex:fp4_mma --launch-count 2 $S python3 tools/device/ncu_k2_experts.py ring
 
-(`k2` takes NCU_M, the rows, 8 by default, and NCU_BLOCK, a tile override; `ring` NCU_RS.)
+(`k2` takes NCU_M, the rows, 8 by default, NCU_BLOCK, a tile override, NCU_FMT, mxfp4 or bf16, and
+NCU_BEFORE: warm / code / sum, the persistent launch then run again after nothing / 110 KB of other
+code / torch's 256 MB sum, to profile with --launch-skip 1 --cache-control none --replay-mode
+application (fifty-third session: the second launch as a served step's K2 runs, or warm);
+`ring` NCU_RS.)
 
 Results: docs/evidence/logs/s6-ncu-*.log (k2-sm90.md)."""
 import os
@@ -32,7 +36,7 @@ def k2() -> None:
     from sgl_k3_mono.k2.synthetic import random_k2_weights, tp8_rank_dims
 
     d, m = tp8_rank_dims(), int(os.environ.get("NCU_M", "8"))
-    rw = random_k2_weights(d, fmt="mxfp4", device="cuda", seed=1).shard(0, 1)
+    rw = random_k2_weights(d, fmt=os.environ.get("NCU_FMT", "mxfp4"), device="cuda", seed=1).shard(0, 1)
     g = torch.Generator(device="cuda").manual_seed(m)
     attn = torch.randn(m, 1536, generator=g, device="cuda").bfloat16()
     bank = torch.randn(m, 8, d.hidden, generator=g, device="cuda").bfloat16()
@@ -44,6 +48,19 @@ def k2() -> None:
     if block:  # a sweep's override (bench k2 --block), e.g. NCU_BLOCK=XRS=2,XRSD=2
         launch.set_block(**block)
     launch(rw, attn, bank, 4, prefix, out)
+    before = os.environ.get("NCU_BEFORE")
+    if before is not None:  # the persistent launch again after `before`: profile it with --launch-skip 1
+        if before == "code":  # 110 KB of other straight-line code (bench k2's after_code_110kb)
+            from sgl_k3_mono.runtime.l2_stream import code_sweep
+
+            code_sweep(torch.ones(1 << 12, device="cuda"), torch.empty(sms, 128, device="cuda"), kernels=5)
+        elif before == "sum":  # torch's sum of 256 MB (bench k2's l2_cold)
+            torch.ones(1 << 26, device="cuda").sum()
+        elif before != "warm":  # warm: nothing between the two launches
+            raise SystemExit(f"NCU_BEFORE={before!r}: warm, code or sum")
+        launch(rw, attn, bank, 4, prefix, out)
+        torch.cuda.synchronize()
+        return
     for p in (4, 5):
         launch(rw, attn, bank, 4, prefix, out, phase=p)
     torch.cuda.synchronize()
