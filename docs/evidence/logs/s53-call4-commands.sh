@@ -20,7 +20,7 @@ import csv, sys
 rows = list(csv.reader(sys.stdin))
 h, u, v = rows[0], rows[1], rows[2]
 for i, n in enumerate(h):
-    if ('issue_stalled' in n and n.endswith('per_warp_active.pct')) or n.startswith('gpu__time_duration'):
+    if ('issue_stalled' in n and (n.endswith('.pct') or n.endswith('.ratio'))) or n.startswith('gpu__time_duration'):
         print('NCURAW', n, v[i], u[i])
 " | tee "$OUT/ncu-$b-raw.log"
   rm -f "$OUT/ncu-$b.ncu-rep"
