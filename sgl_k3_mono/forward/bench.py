@@ -16,11 +16,9 @@ M = 1, 2, 4, 8:
   weights during its recurrence (K1Plan.l2_next, off by default; its thirteenth-session
   loss at M 1, 994.3 against 934.6 us, was the size of the first-graphs artifact below, so
   it is not known to lose);
-- K1 evict-first (`--k1-evict-first`): ours with each K1's weight stream under L2's
-  evict-first policy (K1Plan.l2_evict_first), which should leave its K2's code in L2;
 - K2 block (`--k2-block KEY=V,...`): ours with every K2 launched with those options
-  over the step's own (k2/options.py), e.g. XEF=1,XEFD=1: the routed experts read
-  evict-first from L2, so K1's code may stay there between its launches;
+  over the step's own (k2/options.py), e.g. XL2B=256,XL2BD=256: the routed experts'
+  loads ask L2 for the aligned 256 bytes around them;
 - `--kernels`: each kernel of one replay of ours as the profiler saw it (duration, idle gap
   before it); `--order-check`: ours and the bare step again, back to back, right after the
   first timing and after every column (the launches column's two terms from one moment);
@@ -74,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
                          "standard step's routed experts with them where it has the row count")
     ap.add_argument("--l2-next", action="store_true",
                     help="also time the step with K1's L2 hand-off on (K1Plan.l2_next)")
-    ap.add_argument("--k1-evict-first", action="store_true",
-                    help="also time the step with K1's pipelined copies under L2's evict-first policy "
-                         "(K1Plan.l2_evict_first)")
     ap.add_argument("--k2-block", default=None,
                     help="also time the step with every K2 launched with these options (KEY=V,...: over "
                          "the step's own; k2/options.py)")
@@ -145,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(every figure the slowest rank's); read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
     say(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
           f"{'step speedup':>13} {'launch speedup':>15} {'floor us':>9} {'floor/launches':>15} "
-          f"{'L2 hand-off us':>15}" + (f" {'K1 evict-first us':>18}" if args.k1_evict_first else "")
-        + (f" {'K2 ' + args.k2_block + ' us':>16}" if args.k2_block else ""))
+          f"{'L2 hand-off us':>15}" + (f" {'K2 ' + args.k2_block + ' us':>16}" if args.k2_block else ""))
     from sgl_k3_mono.forward.standard import standard_launches
     from sgl_k3_mono.k2.sglang_moe import tuned_configs
 
@@ -196,18 +190,6 @@ def main(argv: list[str] | None = None) -> int:
             plan_nx = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_next=True))
             with_l2 = _graph_us(lambda: (state.lengths.zero_(),
                                          run_step(model, plan_nx, bufs, hooks, ids, deadline_s=10)))
-        # the same step with K1's weight stream evict-first in L2 (its launches compiled first)
-        with_ef = float("nan")
-        if args.k1_evict_first:
-            plan_ef = dataclasses.replace(plan, k1=dataclasses.replace(plan.k1, l2_evict_first=True))
-
-            def step_ef():
-                state.lengths.zero_()
-                return run_step(model, plan_ef, bufs, hooks, ids, deadline_s=10)
-
-            step_ef()
-            torch.cuda.synchronize()
-            with_ef = timed(step_ef)
         # the same step with K2's block amended (its launches compiled first, apart from the timing)
         with_blk = float("nan")
         if args.k2_block:
@@ -249,8 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         sp = f"{std / full:12.2f}x" if std else f"{'n/a':>13}"
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
         say(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
-              f"{floor_us / ours:15.2f} {with_l2:15.1f}" + (f" {with_ef:18.1f}" if args.k1_evict_first else "")
-              + (f" {with_blk:16.1f}" if args.k2_block else "")
+              f"{floor_us / ours:15.2f} {with_l2:15.1f}" + (f" {with_blk:16.1f}" if args.k2_block else "")
               + f"   experts/layer {sorted(touched.values())}"
               + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
         if kern is not None:

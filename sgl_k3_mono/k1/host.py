@@ -143,12 +143,6 @@ class K1Plan:
     the in-projection phase."""
     block_k_g: int = 256
     """GL: the gate tiles' K step (fewer programs stream them, so more bytes a stage)."""
-    l2_evict_first: bool = False
-    """EFW: the pipelined copies (the in-projection's weight stream) carry L2's evict-first
-    policy (sm_90 PTX, rewritten by runtime/ptx_l2_policy.py; a HIP build ignores it), so the
-    ~90 MB K1 reads a step leave the next K2's code in L2. Withdrawn, to be removed: on an H100
-    (Triton 3.6, fifty-second session) the launch with it hit an illegal instruction, and its
-    premise failed (K2 runs as warm after a 256 MB read with the default policy: k2-sm90.md)."""
 
     def __post_init__(self):
         _need(1 <= self.rows <= MAX_ROWS, f"K1Plan: rows {self.rows} outside 1..{MAX_ROWS}")
@@ -529,11 +523,6 @@ def launch_args(plan: K1Plan, views: K1Views, io: K1IO, scratch: K1Scratch, *, l
         cx["PF"] = 0  # the bulk prefetch is sm_90 PTX on 16-byte rows
     cx["CARVE"] = plan.carve and io.out.is_cuda and torch.version.hip is None and os.environ.get(
         "TRITON_INTERPRET") != "1"
-    cx["EFW"] = plan.l2_evict_first and torch.version.hip is None and os.environ.get("TRITON_INTERPRET") != "1"
-    if cx["EFW"]:
-        from sgl_k3_mono.runtime.ptx_l2_policy import install
-
-        install()  # (before the compile that needs it: the hook rewrites the marked PTX)
     return args, dict(**cx, **flags, num_warps=plan.num_warps)
 
 

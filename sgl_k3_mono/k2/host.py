@@ -510,7 +510,6 @@ class K2Launch:
             CARVE=bool(b.get("CARVE", 0)) and isa_sm90 and _runs_ptx(),
             XL2=b.get("XL2", 0) if b["MMA"] else 0, XDB=int(b.get("XDB", 0)),
             XL2B=b.get("XL2B", 0) if b["MMA"] else 0, XL2BD=b.get("XL2BD", 0) if b["MMA"] else 0,
-            XEF=int(b.get("XEF", 0)) if b["MMA"] else 0, XEFD=int(b.get("XEFD", 0)) if b["MMA"] else 0,
             XET=int(b.get("XET", 0)) if b["MMA"] else 0,
             TRACE=self.trace is not None, SPASS=int(b.get("SPASS", 1)) if bs > 0 else 1,
             SEAM_SPLIT=bs > 0, BS=bs or 512, SP=sp, SPP=_next_pow2(sp),

@@ -104,11 +104,6 @@ _OPTIONS = (
     TileOption("XL2B", "MMA: experts_up's weight and scale loads carry an L2 prefetch-size hint of 128 or 256 "
                "bytes (0: none)."),
     TileOption("XL2BD", "MMA: the same hint for experts_down."),
-    TileOption("XEF", "MMA: experts_up's weight and scale loads (or its ring's copies) carry L2's evict-first "
-               "policy (1; 0: none), so the routed experts' stream leaves the other launch's code in L2 (L1's "
-               "policy unchanged). Lost, to be removed: the H100's MXFP4 1-row step 977.6 us with XEF and XEFD, 965.7 "
-               "without (fifty-second session)."),
-    TileOption("XEFD", "MMA: the same policy for experts_down."),
     TileOption("XET", "MMA: experts_down reads each item's expert and its rows' slots from the table experts_up "
                "leaves (1), and loads the next item's expert a step ahead (2); 0: finds them itself."),
     TileOption("XDB", "experts_down's items dealt to each program as one run of consecutive items (1) instead "

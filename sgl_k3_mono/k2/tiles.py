@@ -219,9 +219,6 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     for key in ("XL2B", "XL2BD"):  # the expert loads' L2 prefetch-size hint
         if b.get(key, 0) not in L2_PREFETCH_SIZES:
             raise ValueError(f"K2 tiles: {key}={b[key]}; the L2 prefetch-size hint is 0 (none), 128 or 256 bytes")
-    for key in ("XEF", "XEFD"):  # the expert loads' L2 evict-first policy
-        if b.get(key, 0) not in (0, 1):
-            raise ValueError(f"K2 tiles: {key}={b[key]}; the expert loads' L2 evict-first policy is 0 or 1")
     if b.get("XET", 0) not in (0, 1, 2):  # experts_down's expert and slots: from the step's table, or found
         raise ValueError(f"K2 tiles: XET={b['XET']}; experts_down reads the expert table (1; 2: the next item's "
                          "expert a step ahead) or not (0)")

@@ -70,6 +70,6 @@ def test_k2_block_is_parsed_as_bench_k2_spells_it():
     (options.check_overrides then refuses unknown keys: test_k2_options.py)."""
     from sgl_k3_mono.k2.options import check_overrides
 
-    assert bench._parse_block("XEF=1,XEFD=1") == {"XEF": 1, "XEFD": 1}
+    assert bench._parse_block("XL2B=256,XL2BD=128") == {"XL2B": 256, "XL2BD": 128}
     assert bench._parse_block("") == {}
-    check_overrides(bench._parse_block("XEF=1,XEFD=1"))
+    check_overrides(bench._parse_block("XL2B=256,XL2BD=128"))

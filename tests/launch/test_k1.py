@@ -211,33 +211,6 @@ def _writes_from_same_states(keep: dict, mode: str, runs: list) -> list:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode,rows", [("decode", 1), ("verify", 8)])
-def test_l2_evict_first_is_a_policy_that_changes_no_bit(mode, rows):
-    """K1Plan.l2_evict_first (the pipelined copies under L2's evict-first policy, the PTX
-    rewritten: runtime/ptx_l2_policy.py): the launch writes bitwise what the launch without
-    it writes, from the same states, and its compiled PTX carries the policy."""
-    import dataclasses as dc
-
-    import torch
-
-    from sgl_k3_mono.k1.host import launch_args
-    from sgl_k3_mono.k1.triton.kernel import k1_kernel
-
-    keep: dict = {}
-    run_case(Case(f"l2 evict-first {mode}", **REAL, rows=rows, mode=mode, nvb=3, seed=73, phased=False),
-             "cuda", scratch_keep=keep)
-    plan, views, io, scratch = keep["plan"], keep["views"], keep["io"], keep["scratch"]
-    got = _writes_from_same_states(keep, mode, [(plan, io), (dc.replace(plan, l2_evict_first=True), io)])
-    for a, b in zip(*got):
-        assert torch.equal(a, b)
-    args, meta = launch_args(dc.replace(plan, l2_evict_first=True), views, io, scratch, layer=3, deadline_s=10)
-    ptx = k1_kernel.warmup(*args, grid=(plan.grid,), **meta, PHASE=-1, SEAM_STEP=0).asm["ptx"]
-    print(f"\nK1GPU l2_evict_first {mode} M={rows}: bitwise; cp.async with the policy "
-          f"{ptx.count('.L2::cache_hint')}, createpolicy {ptx.count('createpolicy')}")
-    assert meta["EFW"] and ptx.count("createpolicy") == 1 and ptx.count(".L2::cache_hint") > 0
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("mode,rows", [("decode", 2), ("verify", 8)])
 def test_l2_next_is_a_hint_that_changes_no_bit(mode, rows):
     """K1IO.l2_next (the layer's o_proj, asked into L2 as the KDA phase starts): the launch

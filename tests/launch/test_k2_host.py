@@ -444,8 +444,7 @@ def test_experts_down_item_order_is_one_of_two():
 
 def test_expert_table_and_l2_hints_take_only_their_values():
     """XET (experts_down reads the step's expert table; 2: a step ahead) is 0, 1 or 2, XL2B / XL2BD (the expert
-    loads' L2 prefetch-size hint) 0, 128 or 256, XEF / XEFD (their L2 evict-first policy) 0 or 1; anything else
-    is refused before a launch.
+    loads' L2 prefetch-size hint) 0, 128 or 256; anything else is refused before a launch.
     The table's words cover the widest row tile: the count, P ids, P pair numbers and P
     rows of 16 slots (P = 16 rows x top-k 16)."""
     t = tiles.default_tiles(8, mxfp4=True, mma=True)
@@ -453,9 +452,7 @@ def test_expert_table_and_l2_hints_take_only_their_values():
     got = tiles.fit_tiles(dict(t, XET=1, XL2B=256, XL2BD=128), **fit)
     assert (got["XET"], got["XL2B"], got["XL2BD"]) == (1, 256, 128)
     assert tiles.fit_tiles(dict(t, XET=2), **fit)["XET"] == 2
-    got = tiles.fit_tiles(dict(t, XEF=1, XEFD=1), **fit)
-    assert (got["XEF"], got["XEFD"]) == (1, 1)
-    for bad in (dict(XET=3), dict(XL2B=64), dict(XL2BD=512), dict(XEF=2), dict(XEFD=-1)):
+    for bad in (dict(XET=3), dict(XL2B=64), dict(XL2BD=512)):
         with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
             tiles.fit_tiles(dict(t, **bad), **fit)
     assert host.expert_table_words(16) == 1 + 2 * 256 + 256 * 16

@@ -47,7 +47,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from sgl_k3_mono.runtime.ptx_l2_policy import mark as mark_evict_first
 from sgl_k3_mono.runtime.triton_l2 import l2_prefetch_rows
 from sgl_k3_mono.runtime.triton_seam import seam_p_row, split_seam_persistent, split_seam_step
 from sgl_k3_mono.runtime.triton_sync import TALLY, arrive, depart, grid_barrier, maybe_stall, now_ns, wait_geq
@@ -452,13 +451,8 @@ def k1_kernel(
     # host side only (the launch fits the compiled function's carveout): a constexpr so that
     # each choice is its own compiled function
     CARVE: tl.constexpr = False,
-    # K1Plan.l2_evict_first: the pipelined copies under L2's evict-first policy (the PTX
-    # stage rewrites a marked kernel's cp.async: runtime/ptx_l2_policy.py)
-    EFW: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
-    if EFW:
-        mark_evict_first()
     nprog = tl.num_programs(0)
     P: tl.constexpr = HL * D
     NPROJ: tl.constexpr = 4 * P + D + HL

@@ -108,7 +108,6 @@ def k2_kernel(
     SPP: tl.constexpr = 1, SEAM_STEP: tl.constexpr = 0, SDU: tl.constexpr = 0, SDUT: tl.constexpr = 0,
     XRS: tl.constexpr = 0,
     XRSD: tl.constexpr = 0, BKN: tl.constexpr = 128, XL2B: tl.constexpr = 0, XL2BD: tl.constexpr = 0,
-    XEF: tl.constexpr = 0, XEFD: tl.constexpr = 0,
     XET: tl.constexpr = 0, FR: tl.constexpr = 0, BNR: tl.constexpr = 64, LSQ: tl.constexpr = 0,
     LSQP: tl.constexpr = 256, BNO: tl.constexpr = 0, BKO: tl.constexpr = 0,
     # where the MXFP4 experts' bytes sit (k2/expert_layout.py: 0 SGLang's plain rows, 1 and 2
@@ -370,7 +369,7 @@ def k2_kernel(
                                            L // 2, NT)
                     gr = i0 + qup
                     gu = mxfp4_mma_tiles(xin_ptr, L, M, w13_ptr + e * s13_e, s13_n, sc13_ptr + e * ssc13_e, ssc13_n,
-                                         gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B, XEF)
+                                         gr, gr + I_UP, L // KSX, NT, KUX, 1, qkb, XPD, XRS, ring_off, XL2B)
                     if KSX > 1:
                         gu = (group_sum(gu[0], KSX), group_sum(gu[1], KSX), group_sum(gu[2], KSX),
                               group_sum(gu[3], KSX), group_sum(gu[4], KSX), group_sum(gu[5], KSX),
@@ -515,7 +514,7 @@ def k2_kernel(
                     lr = l0 + qrow
                     ya = mxfp4_mma_tiles(act_ptr + n * XR * I, I, M, w2_ptr + e64 * s2_e, s2_n,
                                          sc2_ptr + e64 * ssc2_e, ssc2_n, lr, lr + BL // 2, I, NT, KUD, 1, 0, XPDD,
-                                         XRSD, ring_off, XL2BD, XEFD)
+                                         XRSD, ring_off, XL2BD)
                     down_store(ya, e, lr, ids_ptr, y_ptr, M, qc, L, BL, TOPK, etab_ptr, n, BM * KB, XR, XET)
                 elif XU > 0:  # only the rows that route e, XU at a time
                     for u0 in range(0, user_count(ids, keep, e), XU):

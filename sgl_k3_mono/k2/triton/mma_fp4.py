@@ -71,57 +71,30 @@ _LD16 = tl.constexpr("ld.global.v4.u32 {$0, $1, $2, $3}, [$4];")
 # fetch the whole aligned 128- or 256-byte segment around its bytes from HBM, so the next one
 # or three k-blocks of the same row (64 bytes each) find theirs in L2. No instruction added,
 # and the same bytes land in the same registers.
-# With EF, the same loads (and the ring's copies) also carry L2's evict-first policy: the
-# expert stream, read once a step, then leaves L2's other lines (the next launch's code, which
-# a launch after K1 or MLA otherwise fetches from HBM: k2-sm90.md, forty-ninth section) in
-# place. L1's policy is left as it is: the 18th session's XEV lost with L1's evict-first too.
-_POLICY = "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-
-
-def _ld_asm(words: int, pf: int, ef: bool) -> tl.constexpr:
-    dst = "{$0, $1, $2, $3}" if words == 4 else "$0"
-    at = f"[${words}]"
-    size = f".L2::{pf}B" if pf else ""
-    vec = ".v4" if words == 4 else ""
-    if not ef:
-        return tl.constexpr(f"ld.global{size}{vec}.u32 {dst}, {at};")
-    return tl.constexpr("{\n.reg .b64 pol;\n" + _POLICY
-                        + f"ld.global.L2::cache_hint{size}{vec}.u32 {dst}, {at}, pol;\n}}")
-
-
-_LD16_128, _LD16_256, _LD4_128, _LD4_256 = _ld_asm(4, 128, False), _ld_asm(4, 256, False), _ld_asm(1, 128, False), \
-    _ld_asm(1, 256, False)
-_LD16_EF, _LD16_128_EF, _LD16_256_EF = _ld_asm(4, 0, True), _ld_asm(4, 128, True), _ld_asm(4, 256, True)
-_LD4_EF, _LD4_128_EF, _LD4_256_EF = _ld_asm(1, 0, True), _ld_asm(1, 128, True), _ld_asm(1, 256, True)
+_LD16_128 = tl.constexpr("ld.global.L2::128B.v4.u32 {$0, $1, $2, $3}, [$4];")
+_LD16_256 = tl.constexpr("ld.global.L2::256B.v4.u32 {$0, $1, $2, $3}, [$4];")
+_LD4_128 = tl.constexpr("ld.global.L2::128B.u32 $0, [$1];")
+_LD4_256 = tl.constexpr("ld.global.L2::256B.u32 $0, [$1];")
 _RING_ISSUE = """{{
 .reg .u32 d, e, n;
-{decl}shr.u32 n, $13, 2;
-cp.async.cg.shared.global{pf} [$1], [$5], 16, $13{pol};
-cp.async.ca.shared.global{pf} [$2], [$9], 4, n{pol};
+shr.u32 n, $13, 2;
+cp.async.cg.shared.global{pf} [$1], [$5], 16, $13;
+cp.async.ca.shared.global{pf} [$2], [$9], 4, n;
 add.u32 d, $1, $3; add.u32 e, $2, $4;
-cp.async.cg.shared.global{pf} [d], [$6], 16, $13{pol};
-cp.async.ca.shared.global{pf} [e], [$10], 4, n{pol};
+cp.async.cg.shared.global{pf} [d], [$6], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$10], 4, n;
 add.u32 d, d, $3; add.u32 e, e, $4;
-cp.async.cg.shared.global{pf} [d], [$7], 16, $13{pol};
-cp.async.ca.shared.global{pf} [e], [$11], 4, n{pol};
+cp.async.cg.shared.global{pf} [d], [$7], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$11], 4, n;
 add.u32 d, d, $3; add.u32 e, e, $4;
-cp.async.cg.shared.global{pf} [d], [$8], 16, $13{pol};
-cp.async.ca.shared.global{pf} [e], [$12], 4, n{pol};
+cp.async.cg.shared.global{pf} [d], [$8], 16, $13;
+cp.async.ca.shared.global{pf} [e], [$12], 4, n;
 cp.async.commit_group;
 mov.u32 $0, 0;
 }}"""
-
-
-def _ring_asm(pf: int, ef: bool) -> tl.constexpr:
-    size = f".L2::{pf}B" if pf else ""
-    if not ef:
-        return tl.constexpr(_RING_ISSUE.format(decl="", pf=size, pol=""))
-    return tl.constexpr(_RING_ISSUE.format(decl=".reg .b64 pol;\n" + _POLICY, pf=".L2::cache_hint" + size,
-                                           pol=", pol"))
-
-
-_RING_ISSUE0, _RING_ISSUE128, _RING_ISSUE256 = _ring_asm(0, False), _ring_asm(128, False), _ring_asm(256, False)
-_RING_ISSUE0_EF, _RING_ISSUE128_EF, _RING_ISSUE256_EF = _ring_asm(0, True), _ring_asm(128, True), _ring_asm(256, True)
+_RING_ISSUE0 = tl.constexpr(_RING_ISSUE.format(pf=""))
+_RING_ISSUE128 = tl.constexpr(_RING_ISSUE.format(pf=".L2::128B"))
+_RING_ISSUE256 = tl.constexpr(_RING_ISSUE.format(pf=".L2::256B"))
 _RING_ISSUE_IO = tl.constexpr("=r,r,r,r,r,l,l,l,l,l,l,l,l,r")
 # wait until this k-block's group has landed (the RS - 1 newer ones may still fly), then
 # read its 16 weight words and 4 scale words back ($20 / $21: slots, $22 / $23: strides)
@@ -175,22 +148,12 @@ def _word_both_tiles(x0, x1, x2, x3, wa0, wb0, wa1, wb1, sa0, sb0, sa1, sb1, c0,
 
 
 @triton.jit
-def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes, L2B: tl.constexpr = 0,
-                EF: tl.constexpr = 0):
+def _ring_issue(wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes, L2B: tl.constexpr = 0):
     """cp.async one k-block of the four weight rows (p0..p3, 16 bytes each) and their scale
     words (q0..q3) into this thread's slots of a ring stage, as one commit group (L2B: the
-    copies' prefetch-size hint; EF: L2's evict-first policy)."""
+    copies' prefetch-size hint)."""
     args = [wslot, sslot, wst, sst, p0, p1, p2, p3, q0, q1, q2, q3, nbytes]
-    if EF and L2B == 256:
-        return tl.inline_asm_elementwise(_RING_ISSUE256_EF, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False,
-                                         pack=1)
-    elif EF and L2B == 128:
-        return tl.inline_asm_elementwise(_RING_ISSUE128_EF, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False,
-                                         pack=1)
-    elif EF:
-        return tl.inline_asm_elementwise(_RING_ISSUE0_EF, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False,
-                                         pack=1)
-    elif L2B == 256:
+    if L2B == 256:
         return tl.inline_asm_elementwise(_RING_ISSUE256, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False, pack=1)
     elif L2B == 128:
         return tl.inline_asm_elementwise(_RING_ISSUE128, _RING_ISSUE_IO, args, dtype=tl.int32, is_pure=False, pack=1)
@@ -232,20 +195,10 @@ def _xwords(xq, kb):
 
 
 @triton.jit
-def _words(ptr, L2B: tl.constexpr = 0, EF: tl.constexpr = 0):
+def _words(ptr, L2B: tl.constexpr = 0):
     """The 16 bytes at each thread's int32 pointer as four [NT] words: one [NT, 4] load,
     which Triton lays out a row a thread (one 16-byte vector load), so the split costs
-    nothing; with a prefetch-size hint (L2B) or L2's evict-first policy (EF) the same vector
-    load in PTX."""
-    if EF and L2B == 256:
-        return tl.inline_asm_elementwise(_LD16_256_EF, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
-                                         pack=1)
-    if EF and L2B == 128:
-        return tl.inline_asm_elementwise(_LD16_128_EF, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
-                                         pack=1)
-    if EF:
-        return tl.inline_asm_elementwise(_LD16_EF, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
-                                         pack=1)
+    nothing; with a prefetch-size hint (L2B) the same vector load in PTX."""
     if L2B == 256:
         return tl.inline_asm_elementwise(_LD16_256, "=r,=r,=r,=r,l", [ptr], dtype=(tl.int32,) * 4, is_pure=True,
                                          pack=1)
@@ -260,14 +213,8 @@ def _words(ptr, L2B: tl.constexpr = 0, EF: tl.constexpr = 0):
 
 
 @triton.jit
-def _word(ptr, L2B: tl.constexpr = 0, EF: tl.constexpr = 0):
-    """The int32 at each thread's pointer (a k-block's scale word), L2B and EF as in _words."""
-    if EF and L2B == 256:
-        return tl.inline_asm_elementwise(_LD4_256_EF, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
-    if EF and L2B == 128:
-        return tl.inline_asm_elementwise(_LD4_128_EF, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
-    if EF:
-        return tl.inline_asm_elementwise(_LD4_EF, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
+def _word(ptr, L2B: tl.constexpr = 0):
+    """The int32 at each thread's pointer (a k-block's scale word), L2B as in _words."""
     if L2B == 256:
         return tl.inline_asm_elementwise(_LD4_256, "=r,l", [ptr], dtype=tl.int32, is_pure=True, pack=1)
     if L2B == 128:
@@ -284,9 +231,9 @@ def _scale_of(word, c):
 
 
 @triton.jit
-def _scales(ptr, c, L2B: tl.constexpr = 0, EF: tl.constexpr = 0):
+def _scales(ptr, c, L2B: tl.constexpr = 0):
     """_scale_of the scale word at ptr."""
-    return _scale_of(_word(ptr, L2B, EF), c)
+    return _scale_of(_word(ptr, L2B), c)
 
 
 @triton.jit
@@ -310,7 +257,7 @@ def row_words(w_ptr, swn, s_ptr, ssn, r0, r1, c, kb0):
 @triton.jit
 def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
                     NT: tl.constexpr, KU: tl.constexpr, STAGES: tl.constexpr, kb0=0, PD: tl.constexpr = 0,
-                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0, EF: tl.constexpr = 0):
+                    RS: tl.constexpr = 0, ring_off=0, L2B: tl.constexpr = 0):
     """Two 16-row tiles a warp of acc = W[rows] @ x[:M]^T for MXFP4 W as SGLang stores it
     (bytes [N, K/2], low nibble the even element; ue8m0 scales [N, K/32]). r0 / r1 [NT]:
     each thread's row g of tile 0 / tile 1 (its warp's tile rows are r - g .. r - g + 15);
@@ -332,9 +279,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
     the program reads it): the launch's carveout must leave L1 its room
     (runtime/triton_smem.fit_carveout; seventeenth session). L2B (128 or 256; 0: none,
     tiles.L2_PREFETCH_SIZES): the weight and scale loads (or the ring's copies) ask L2 for
-    the aligned 128 or 256 bytes around them; the same bytes, so the same bits. EF (1; 0: off):
-    they carry L2's evict-first policy, so the stream they make leaves L2's other lines (the
-    next launch's code) in place; the same bits too."""
+    the aligned 128 or 256 bytes around them; the same bytes, so the same bits."""
     t = tl.arange(0, NT)
     g = (t % 32) // 4
     c = t % 4
@@ -361,7 +306,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         for s in tl.static_range(RS - 1):
             kc = tl.minimum(s, nkb - 1)
             _ring_issue(wslot + s * SB, sslot + s * SB, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
-                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0), L2B, EF)
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(s < nkb, 16, 0), L2B)
         xw = _xwords(xq, 0)
         for kb in tl.range(0, nkb, num_stages=1):
             # refill the slot the previous k-block was read from, RS - 1 k-blocks ahead
@@ -369,8 +314,7 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
             kc = tl.minimum(nx, nkb - 1)
             at = (nx % RS) * SB
             _ring_issue(wslot + at, sslot + at, wst, sst, pa0 + kc * 16, pb0 + kc * 16, pa1 + kc * 16,
-                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B,
-                        EF)
+                        pb1 + kc * 16, sa0 + kc, sb0 + kc, sa1 + kc, sb1 + kc, zero + tl.where(nx < nkb, 16, 0), L2B)
             xn = _xwords(xq, tl.minimum(kb + 1, nkb - 1))
             at = (kb % RS) * SB
             w = _ring_read(wslot + at, sslot + at, wst, sst, RS)
@@ -390,57 +334,56 @@ def mxfp4_mma_tiles(x_ptr, sxm, M, w_ptr, swn, s_ptr, ssn, r0, r1, K,
         # compiler to sink the loads past: a k-block past the end is loaded again as the
         # last one and its scales are zeroed at the mmas, which then add exact zeros.
         last = K // 128 - 1
-        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, True, L2B, EF)
-        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), True, L2B, EF)
+        s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, 0, True, L2B)
+        s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(1, last), True, L2B)
         for kb in tl.range(0, last + 1, PD + 1, num_stages=1):
             if PD > 1:
-                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B, EF)
+                s2 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B, EF)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), True, L2B, EF)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 4, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s2, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 2 <= last, RAW=True)
             else:
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s0, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, True, RAW=True)
-                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B, EF)
+                s0 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 2, last), True, L2B)
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
                     s1, c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7, c, kb + 1 <= last, RAW=True)
-                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B, EF)
+                s1 = _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, tl.minimum(kb + 3, last), True, L2B)
     else:
         for k0 in tl.range(0, K, 128 * KU, num_stages=STAGES):
             for u in tl.static_range(KU):
                 c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7 = _kblock_mma(
-                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, L2B=L2B, EF=EF),
+                    _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, k0 // 128 + u, L2B=L2B),
                     c0, c1, c2, c3, c4, c5, c6, c7, d0, d1, d2, d3, d4, d5, d6, d7)
     return c0 + d0, c1 + d1, c2 + d2, c3 + d3, c4 + d4, c5 + d5, c6 + d6, c7 + d7
 
 
 @triton.jit
-def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, L2B: tl.constexpr = 0,
-            EF: tl.constexpr = 0):
+def _kblock(xq, pa0, pb0, pa1, pb1, sa0, sb0, sa1, sb1, c, kb, RAW: tl.constexpr = False, L2B: tl.constexpr = 0):
     """Every register k-block kb feeds the mmas: x's 16 words, the 4 words of each of the
     four weight rows (tiles 0 and 1, rows g and g + 8), and their 4 scales (RAW: the 4
     scale words as loaded, for _kblock_mma to decode; L2B: the weights' and scales'
-    prefetch-size hint; EF: their L2 evict-first policy)."""
+    prefetch-size hint)."""
     xk = xq + kb * 64
     x0, x1, x2, x3 = _words(xk)
     x4, x5, x6, x7 = _words(xk + 4)
     x8, x9, x10, x11 = _words(xk + 8)
     x12, x13, x14, x15 = _words(xk + 12)
-    a00, a01, a02, a03 = _words(pa0 + kb * 16, L2B, EF)
-    b00, b01, b02, b03 = _words(pb0 + kb * 16, L2B, EF)
-    a10, a11, a12, a13 = _words(pa1 + kb * 16, L2B, EF)
-    b10, b11, b12, b13 = _words(pb1 + kb * 16, L2B, EF)
+    a00, a01, a02, a03 = _words(pa0 + kb * 16, L2B)
+    b00, b01, b02, b03 = _words(pb0 + kb * 16, L2B)
+    a10, a11, a12, a13 = _words(pa1 + kb * 16, L2B)
+    b10, b11, b12, b13 = _words(pb1 + kb * 16, L2B)
     if RAW:
-        s0, s1 = _word(sa0 + kb, L2B, EF), _word(sb0 + kb, L2B, EF)
-        s2, s3 = _word(sa1 + kb, L2B, EF), _word(sb1 + kb, L2B, EF)
+        s0, s1 = _word(sa0 + kb, L2B), _word(sb0 + kb, L2B)
+        s2, s3 = _word(sa1 + kb, L2B), _word(sb1 + kb, L2B)
     else:
-        s0, s1 = _scales(sa0 + kb, c, L2B, EF), _scales(sb0 + kb, c, L2B, EF)
-        s2, s3 = _scales(sa1 + kb, c, L2B, EF), _scales(sb1 + kb, c, L2B, EF)
+        s0, s1 = _scales(sa0 + kb, c, L2B), _scales(sb0 + kb, c, L2B)
+        s2, s3 = _scales(sa1 + kb, c, L2B), _scales(sb1 + kb, c, L2B)
     return (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15,
             a00, a01, a02, a03, b00, b01, b02, b03, a10, a11, a12, a13, b10, b11, b12, b13, s0, s1, s2, s3)
 
