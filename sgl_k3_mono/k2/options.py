@@ -84,6 +84,12 @@ _OPTIONS = (
                "up in the same step), then experts_down's shared tiles as one more, so an item's last loads overlap "
                "the next item's first instead of the pipeline draining at every item (each item's products in its "
                "own order; the GEMVs' register layout may order their final sum otherwise); 0: a K loop an item."),
+    TileOption("STX", "cp.async stages of experts_up's flat loop (FLATX) alone (unset: STAGES). With a shorter "
+               "BKX, more stages keep as many bytes in flight from less code: the code a served K2 fetches again "
+               "after other kernels' (53rd session: BKX 128 cut that phase's 68 KB to 17 KB and its loss after "
+               "other code from 3.6 to 1.2-1.5 us at 1 row; STAGES 6 for every loop gave the warm time back but "
+               "cost experts_down and latent_up)."),
+    TileOption("STXD", "The same for experts_down's flat loop over its routed items (unset: STAGES)."),
     TileOption("MX4D", "MXFP4 GEMV experts: 1, products in 4-D tiles; 0, in [rows, N, bytes] tiles."),
     TileOption("XU", "GEMV experts: each expert computes only the rows that route it, XU at a time (0: every "
                "row)."),

@@ -145,6 +145,8 @@ def test_k2_triton_interpreted_flat_dense_loops_are_bitwise_the_default(persiste
 FLATX_CASES = [Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=68, tiles="FLATX=1,BKX=64,BKD=32,SDU=0,BK=64"),
                Case("k3-small", 1, "bf16", "sm_90", nvb=1, seed=69, tiles="FLATX=1,BKX=64,BKD=32,SDU=1"),
                Case("k3-tiny", 1, "bf16", "sm_90", nvb=1, seed=70, tiles="FLATX=1,BKX=32,BKD=32,XDB=1"),
+               # the flat loops' own stage counts (STX / STXD; the interpreter runs no pipeline: the path)
+               Case("k3-small", 1, "bf16", "sm_90", nvb=1, seed=74, tiles="FLATX=1,BKX=32,BKD=32,STX=6,STXD=5"),
                # ... and on the tensor cores (from 2 rows), at TP 1 and 2
                Case("k3-small", 3, "bf16", "sm_90", nvb=2, seed=72, tiles="FLATX=1,BKX=64,BKD=64"),
                Case("k3-tiny", 5, "bf16", "sm_90", nvb=1, tp=2, seed=73, tiles="FLATX=1,BKX=64,BKD=64")]
@@ -199,6 +201,8 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               # bf16's defaults from the 37th session: FLATD and o_proj's own tile at 1 row, 8 warps at 4
               Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=66),
               Case("kimi-k3-tp8-rank", 4, "bf16", "sm_90", nvb=3, seed=67),
+              # experts_up's shorter K step through a deeper pipeline of its own (STX / STXD: 53rd session)
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=2, seed=75, tiles="BKX=128,STX=6,STXD=6"),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),

@@ -98,6 +98,7 @@ def k2_kernel(
     BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
+    STX: tl.constexpr = 0, STXD: tl.constexpr = 0,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
@@ -333,7 +334,7 @@ def k2_kernel(
             # gate and up: GEMV products [rows, BI, K chunk] summed at the item's end, or tensor-core sums
             pg = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
             pu = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
-            for it in tl.range(0, n_mine * NKX, num_stages=STAGES):
+            for it in tl.range(0, n_mine * NKX, num_stages=STX if STX > 0 else STAGES):
                 item = pid + (it // NKX) * up_step
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
@@ -452,7 +453,7 @@ def k2_kernel(
             d_end = tl.minimum(d_stop, n_routed)
             n_mine = items_of(d_first, d_end, d_step)
             py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
-            for it in tl.range(0, n_mine * NKD, num_stages=STAGES):
+            for it in tl.range(0, n_mine * NKD, num_stages=STXD if STXD > 0 else STAGES):
                 item = d_first + (it // NKD) * d_step
                 n = item // (L // BL)
                 l0 = (item % (L // BL)) * BL
