@@ -6,9 +6,10 @@ PHASE == p` block in k2/triton/kernel.py it was inlined from (the outermost kern
 
 (KEY=V: constexprs of the build overridden, e.g. STAGES=2: code size only, nothing derived again.)
 
-Why: a served step's K2 fetches its code from HBM (forty-ninth session: every K2 after a K1 or MLA
-runs ~12 us slower at 1 row, and the same launch run first on other weights gives it all back). The
-table says which phases' code is long, to set against which phases slow when L2 is cold.
+Why: a served step's K2 fetches its code again (forty-ninth session: every K2 after a K1 or MLA runs
+~12 us slower at 1 row, and the same launch run first on other weights gives it all back; fifty-third:
+after other code, even on one SM, its last phases pay, each about as its code is long). The table
+says which phases' code is long, to set against which phases slow after other code.
 Instructions are 16 bytes; `lines` counts the distinct 128-byte lines a phase's code touches.
 """
 

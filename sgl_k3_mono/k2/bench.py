@@ -368,12 +368,13 @@ class _L2Flush:
     carveout: the stream with its carveout fitted to its tiny shared memory (SMs left mostly
     L1). gemv: cuBLAS, a row times a [8192, 7168] bf16 matrix (117 MB: as an MLA layer's
     projections before its K2). code_22kb / code_110kb: one / five Triton kernels of 22 KB of
-    straight-line code each on every SM, reading 4 KB (l2_stream.code_sweep: SMs' instruction
-    caches filled with other code, L2 kept). Then, to tell the kernel that ran last by its length, its
+    straight-line code each on every SM, reading 4 KB (l2_stream.code_sweep: other code fetched,
+    L2's data kept). Then, to tell the kernel that ran last by its length, its
     code and the SMs it ran on (fifty-third session): stream_4kb: the stream's kernel and grid over
     4 KB (a short kernel of the stream's code); spin_1 / spin_sms: l2_stream.spin's few instructions,
     returning at once, on one program / on one a SM; spin_sms_100us: the same busy 100 us (long,
-    no code, no reads); code_22kb_1: code_22kb on one program (one SM's instruction caches)."""
+    no code, no reads); code_22kb_1: code_22kb on one program (one SM: an SM's own caches, or one
+    the SMs share? The 53rd found the latter: 139.9 us bf16 1 row, every program slower)."""
 
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")

@@ -5,8 +5,10 @@ kernel of long code that reads next to nothing.
 The forty-ninth session read K2's loss after a 256 MB torch read (~12 us at 1 row) as its
 code fetched from HBM. The fifty-second found K2 as warm after `stream_read` of the same
 256 MB, default policy or evict-first, and as slow after torch's sum of 4 KB: the kernel that
-ran before counts, not what L2 holds (k2-sm90.md). The stream's loads are not pipelined:
-Triton drops the eviction policy from loads it turns into `cp.async`.
+ran before counts, not what L2 holds (k2-sm90.md). The fifty-third added `spin` (a kernel of
+next to no code, as long as asked): after it K2 is warm, after 22 KB of `code_sweep` on one
+program it is not, so what counts is the other code fetched. The stream's loads are not
+pipelined: Triton drops the eviction policy from loads it turns into `cp.async`.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def code_sweep(x, out, kernels: int = 1) -> None:
     """Run `kernels` kernels of long straight-line code, each its own (256 unrolled bodies,
     ~22 KB of sm_90 SASS: more bodies take Triton minutes to compile), on `out.shape[0]`
     programs, each reading 4 KB of `x` (fp32, >= 1024 + kernels elements): what they leave in
-    L2 is nearly nothing, what they leave in each SM's instruction caches is their code.
+    L2 is nearly nothing, what they leave in the caches that hold code is theirs.
     `out` [programs, 128] fp32."""
     for seed in range(kernels):
         _code_sweep[(out.shape[0],)](x, out, STEPS=256, SEED=seed, num_warps=4, num_stages=1)
