@@ -260,6 +260,9 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                                  prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
                              **{f"after_{how}": flush.before(read=how) for how in _L2Flush.READS if how != "sum"}}
                 if cold_only:
+                    unknown = sorted(set(cold_only) - set(cold_ways))
+                    if unknown:
+                        raise ValueError(f"--cold-ways: {unknown} are none of {sorted(cold_ways)}")
                     cold_ways = {k: b for k, b in cold_ways.items() if k in cold_only}
                 cold = {k: _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for k, b in cold_ways.items()}
             ours_rot = None
@@ -372,7 +375,7 @@ class _L2Flush:
     L2's data kept). Then, to tell the kernel that ran last by its length, its
     code and the SMs it ran on (fifty-third session): stream_4kb: the stream's kernel and grid over
     4 KB (a short kernel of the stream's code); spin_1 / spin_sms: l2_stream.spin's few instructions,
-    returning at once, on one program / on one a SM; spin_sms_100us: the same busy 100 us (long,
+    returning at once, on one program / one on each SM; spin_sms_100us: the same busy 100 us (long,
     no code, no reads); code_22kb_1: code_22kb on one program (one SM: an SM's own caches, or one
     the SMs share? The 53rd found the latter: 139.9 us bf16 1 row, every program slower)."""
 
