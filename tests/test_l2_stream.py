@@ -89,3 +89,15 @@ def test_the_sm90_spin_reads_the_timer_and_nothing_else():
     r = subprocess.run([sys.executable, "-c", _SPIN], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[:2] == ["0 True 0 True", "100000 True 0 True"], r.stdout
+
+
+def test_bench_k2_refuses_a_cold_way_that_is_none_before_any_work():
+    """`bench k2 --cold-ways` names the reads before a launch to time; a misspelt one is refused
+    at the command line (it used to be a way silently left out), listing every way there is,
+    the l2_stream kernels' among them."""
+    r = subprocess.run([sys.executable, "-m", "sgl_k3_mono.k2.bench", "--l2-cold", "--cold-ways",
+                        "after_spin_1,after_spin_one"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert "['after_spin_one'] are none of" in r.stderr
+    for way in ("after_stream_4kb", "after_spin_sms_100us", "after_code_22kb_1", "l2_cold"):
+        assert way in r.stderr

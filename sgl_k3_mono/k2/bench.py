@@ -259,10 +259,8 @@ def run(rows_list=(1, 2, 4, 8), fmts=("mxfp4", "bf16"), phases: bool = True,
                              "l2_cold_after_other": flush.before(
                                  prelaunch=lambda: launch(other, attn, bank, nvb, prefix, out)),
                              **{f"after_{how}": flush.before(read=how) for how in _L2Flush.READS if how != "sum"}}
+                assert set(cold_ways) == set(cold_way_names())
                 if cold_only:
-                    unknown = sorted(set(cold_only) - set(cold_ways))
-                    if unknown:
-                        raise ValueError(f"--cold-ways: {unknown} are none of {sorted(cold_ways)}")
                     cold_ways = {k: b for k, b in cold_ways.items() if k in cold_only}
                 cold = {k: _graph_time_us(lambda b=b: (b(), once())) - _graph_time_us(b) for k, b in cold_ways.items()}
             ours_rot = None
@@ -354,6 +352,12 @@ def _print_trace(label: str, traced: dict) -> None:
         f" sum={sum(d for d, _ in traced['entries'].values()):.1f}", flush=True)
     print(f"K2WORK  {label} a program's own work us (median / longest @ program): " + " ".join(
         f"{p}={md:.1f}/{mx:.1f}@{who}" for p, (md, mx, who) in traced["work"].items()), flush=True)
+
+
+def cold_way_names() -> tuple:
+    """The ways `run(l2_cold=True)` times the launch after something (its `cold` keys)."""
+    return ("l2_cold", "l2_cold_data_warm", "l2_cold_pages_warm", "l2_cold_after_other",
+            *(f"after_{how}" for how in _L2Flush.READS if how != "sum"))
 
 
 class _L2Flush:
@@ -596,6 +600,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                          "no launch finds its weights left in L2 by the one before; with --trace, also the last copy's "
                          "phase profile)")
     a = ap.parse_args(argv)
+    unknown = sorted(set(w for w in a.cold_ways.split(",") if w) - set(cold_way_names()))
+    if unknown:
+        ap.error(f"--cold-ways: {unknown} are none of {', '.join(cold_way_names())}")
     from sgl_k3_mono.k2.sglang_moe import tuned_configs
 
     std_configs = tuned_configs(a.std_config)
