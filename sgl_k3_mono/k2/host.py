@@ -501,6 +501,7 @@ class K2Launch:
             BN=b["BN"], BK=b["BK"], BKX=b["BKX"], BKD=b["BKD"], BI=b["BI"], BL=b["BL"],
             BH=_next_pow2(pl.hidden), BE=_next_pow2(pl.experts), KB=_next_pow2(pl.top_k), NBB=NBB,
             STAGES=b["STAGES"], STX=b.get("STX", 0), STXD=b.get("STXD", 0),
+            BKS=b.get("BKS", 0), BKU=b.get("BKU", 0), STU=b.get("STU", 0),
             num_warps=b["num_warps"], HIP=self.hip, TP=pl.tp,
             SCALE_ALIGN=_pow2_divisor(sc13.stride(1), sc2.stride(1)) if pl.mxfp4 and not pl.expert_layout else 1,
             XL=pl.expert_layout,

@@ -89,7 +89,14 @@ _OPTIONS = (
                "after other kernels' (53rd session: BKX 128 cut that phase's 68 KB to 17 KB and its loss after "
                "other code from 3.6 to 1.2-1.5 us at 1 row; STAGES 6 for every loop gave the warm time back but "
                "cost experts_down and latent_up)."),
-    TileOption("STXD", "The same for experts_down's flat loop over its routed items (unset: STAGES)."),
+    TileOption("STXD", "The same for experts_down's flat loops (its routed items, then the shared down's tiles) "
+               "(unset: STAGES)."),
+    TileOption("BKS", "K step of experts_down's flat loop over the shared down's tiles (FLATX; unset: BK with "
+               "DENSE_GEMV, BKD without): its code, run once a launch, is as long as the step (18 KB at 1 row bf16 "
+               "with BK 512, CPU compile)."),
+    TileOption("BKU", "latent_up's own K step (unset: BK; the front and the shared down's tiles in experts_up keep "
+               "BK)."),
+    TileOption("STU", "latent_up's own cp.async stages (unset: STAGES)."),
     TileOption("MX4D", "MXFP4 GEMV experts: 1, products in 4-D tiles; 0, in [rows, N, bytes] tiles."),
     TileOption("XU", "GEMV experts: each expert computes only the rows that route it, XU at a time (0: every "
                "row)."),

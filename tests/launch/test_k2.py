@@ -34,6 +34,9 @@ CPU_CASES = [
     # bf16 from 2 rows with the 1-row dense choices (GEMV dense phases, FLATD, o_proj's own tile)
     # beside the tensor-core experts (a 2-row candidate, 16 us slower on an H100: 43rd session)
     Case("k3-small", 2, "bf16", "sm_90", nvb=2, seed=80, tiles="DENSE_GEMV=1,FLATD=1,BNO=64,BKO=128"),
+    # shorter K steps (less code a launch runs once) with their loops' own stages: experts_up, experts_down's two
+    # flat loops, latent_up (BKX / STX, BKD / BKS / STXD, BKU / STU: 53rd session)
+    Case("k3-small", 1, "bf16", "sm_90", nvb=1, seed=87, tiles="BKX=32,STX=5,BKD=32,BKS=64,STXD=5,BKU=64,STU=5"),
     # latent_up's rows shared evenly at 1 row (BNH < BN in FLATD's GEMV loop; BNH=14 1.2 us slower: 43rd session)
     Case("k3-small", 1, "bf16", "sm_90", nvb=2, seed=86, tiles="BNH=12"),
     # GEMV experts (the default at M <= 2 only) over the rows that route them, 1 or 2 at a time
@@ -203,6 +206,8 @@ REAL_CASES = [Case("kimi-k3-tp8-rank", m, "mxfp4", "sm_90", nvb=m % 8, seed=10 +
               Case("kimi-k3-tp8-rank", 4, "bf16", "sm_90", nvb=3, seed=67),
               # experts_up's shorter K step through a deeper pipeline of its own (STX / STXD: 53rd session)
               Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=2, seed=75, tiles="BKX=128,STX=6,STXD=6"),
+              Case("kimi-k3-tp8-rank", 1, "bf16", "sm_90", nvb=1, seed=76,
+                   tiles="BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6"),
               Case("kimi-k3-tp8-rank", 2, "mxfp4", "sm_90", nvb=2, seed=32, tiles="KSX=2,PF=8192,BNF=16,BNH=56"),
               Case("kimi-k3-tp8-rank", 8, "mxfp4", "sm_90", nvb=0, seed=33, tiles="XPD=1"),
               Case("kimi-k3-tp8-rank", 4, "mxfp4", "sm_90", nvb=4, seed=34, tiles="XPD=2,KSX=2"),

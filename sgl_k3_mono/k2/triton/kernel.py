@@ -98,7 +98,7 @@ def k2_kernel(
     BI: tl.constexpr, BL: tl.constexpr,
     BH: tl.constexpr, BE: tl.constexpr, KB: tl.constexpr, NBB: tl.constexpr, STAGES: tl.constexpr,
     PHASE: tl.constexpr, TP: tl.constexpr = 1, HIP: tl.constexpr = False,
-    STX: tl.constexpr = 0, STXD: tl.constexpr = 0,
+    STX: tl.constexpr = 0, STXD: tl.constexpr = 0, BKS: tl.constexpr = 0, BKU: tl.constexpr = 0, STU: tl.constexpr = 0,
     DENSE_GEMV: tl.constexpr = False, EXPERT_GEMV: tl.constexpr = False, XR: tl.constexpr = 16,
     MX4D: tl.constexpr = True, XU: tl.constexpr = 0, SCALE_ALIGN: tl.constexpr = 1,
     MMA: tl.constexpr = False, NT: tl.constexpr = 128, KUX: tl.constexpr = 2, KUD: tl.constexpr = 1,
@@ -470,11 +470,11 @@ def k2_kernel(
                     py = tl.zeros((XR, BL, BKD) if EXPERT_GEMV else (XR, BL), tl.float32)
             d_first += n_mine * d_step  # the shared down's tiles after them, as without FLATX,
             # their K steps one loop too (a TP-8 rank's: 3-4 tiles a program of 2 K steps at 1 row; 0-1 of 6 from 2)
-            SK: tl.constexpr = BK if DENSE_GEMV else BKD
+            SK: tl.constexpr = BKS if BKS > 0 else BK if DENSE_GEMV else BKD
             NKS: tl.constexpr = (S2 // 2 + SK - 1) // SK
             n_mine = items_of(d_first, d_stop, d_step)
             ps = tl.zeros((BM, BN, SK) if DENSE_GEMV else (BM, BN), tl.float32)
-            for it in tl.range(0, n_mine * NKS, num_stages=STAGES):
+            for it in tl.range(0, n_mine * NKS, num_stages=STXD if STXD > 0 else STAGES):
                 n0 = (d_first + (it // NKS) * d_step - n_routed + SDUT) * BN
                 # (the steps written out: through bf16_step this loop compiles the 1-row build to other SASS,
                 # the same arithmetic, where the GPU runs so far are this form's)
@@ -638,22 +638,24 @@ def k2_kernel(
                 tl.store(xn_ptr + rm[:, None] * L + rk[None, :], (lat * rstd[:, None] * lw[None, :]).to(tl.bfloat16),
                          mask=km)
             tl.debug_barrier()  # the CTA's stores are seen by all its threads' loads below
+        UK: tl.constexpr = BKU if BKU > 0 else BK  # (latent_up's own K step and stages: BKU / STU)
+        UST: tl.constexpr = STU if STU > 0 else STAGES
         if FLATD:  # the program's tiles and their K steps as one pipelined loop (tiles.k2_tiles: FLATD)
-            NKU: tl.constexpr = (L + BK - 1) // BK
-            part = tl.zeros((BM, BN, BK) if DENSE_GEMV else (BM, BN), tl.float32)
-            for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=STAGES):
+            NKU: tl.constexpr = (L + UK - 1) // UK
+            part = tl.zeros((BM, BN, UK) if DENSE_GEMV else (BM, BN), tl.float32)
+            for it in tl.range(0, tiles_of(pid, nprog, NHT) * NKU, num_stages=UST):
                 n0, nend = h_tile(pid + (it // NKU) * nprog, H, BN, BNH)
-                part = bf16_step(part, xn_ptr, L, M, wup_ptr, s_wup, n0, nend, (it % NKU) * BK, L, BM, BN, BK,
+                part = bf16_step(part, xn_ptr, L, M, wup_ptr, s_wup, n0, nend, (it % NKU) * UK, L, BM, BN, UK,
                                  DENSE_GEMV)
                 if it % NKU == NKU - 1:
                     latent_up_store(tl.sum(part, axis=2) if DENSE_GEMV else part, n0, nend, red, p_ptr, out_ptr, M,
                                     rm, H, L, BN, BNH)
-                    part = tl.zeros((BM, BN, BK) if DENSE_GEMV else (BM, BN), tl.float32)
+                    part = tl.zeros((BM, BN, UK) if DENSE_GEMV else (BM, BN), tl.float32)
         else:
             for tile in range(pid, NHT, nprog):
                 n0, nend = h_tile(tile, H, BN, BNH)
                 acc = dot_bf16(xn_ptr, L, M, wup_ptr, s_wup, n0, nend, L, tl.zeros((BM, BN), tl.float32),
-                               BM, BN, BK, STAGES, DENSE_GEMV)
+                               BM, BN, UK, UST, DENSE_GEMV)
                 latent_up_store(acc, n0, nend, red, p_ptr, out_ptr, M, rm, H, L, BN, BNH)
         if PERSISTENT:
             if TRACE:
