@@ -221,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block-k-g", type=int, default=None, help="K1Plan.block_k_g (with --g-last)")
     ap.add_argument("--seam-single", action="store_true",
                     help="one program a row for the seam (K1Plan.seam_split off), for comparison")
+    ap.add_argument("--after-code", action="store_true",
+                    help="also time ours with 110 KB of other straight-line code run before each layer's launch, "
+                         "less that code alone (after_code: as a served step's K1 runs after a K2 or an MLA; "
+                         "fifty-third session: K2 loses ~12 us at 1 row so)")
     ap.add_argument("--warm-only", action="store_true",
                     help="compile the persistent launches into Triton's cache, time nothing")
     args = ap.parse_args(argv)
@@ -266,6 +270,15 @@ def main(argv: list[str] | None = None) -> int:
             ours = _graph_time_us(lambda: [L.ours() for L in layers], args.reps, n)
             phases = [float("nan")] * 3 if args.no_phases else \
                 [_graph_time_us(lambda ph=ph: [L.ours(ph) for L in layers], args.reps, n) for ph in (0, 1, 2)]
+            after = ""
+            if args.after_code:  # other code first, as in a served step (runtime/l2_stream.code_sweep: 5 x 22 KB)
+                from sgl_k3_mono.runtime.l2_stream import code_sweep
+
+                xbuf, cout = torch.ones(1 << 12, device=DEV), torch.empty(grid, 128, device=DEV)
+                other = lambda: code_sweep(xbuf, cout, kernels=5)  # noqa: E731
+                cold = _graph_time_us(lambda: [(other(), L.ours()) for L in layers], args.reps, n) \
+                    - _graph_time_us(lambda: [other() for _ in layers], args.reps, n)
+                after = f" after_code={cold:.1f}us"
             std = _graph_time_us(lambda: [L.standard(op) for L in layers], args.reps, n)
             floor = k1_bytes(dims, args.layer, m, "decode" if mode == "decode" else "target_verify").total \
                 / (bw * 1e12) * 1e6
@@ -273,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{m:>2} {mode:>6} {ours:8.1f} {phases[0]:6.1f} {phases[1]:8.1f} {phases[2]:6.1f} {std:8.1f} "
                   f"{floor:9.1f} {floor / ours:8.2f} {std / ours:8.2f}  BN_EFF={cx['BN_EFF']} BK={cx['BK']} "
                   f"stages={cx['NUM_STAGES']} NV={cx['NV']} PF={cx['PF']} carve={int(layers[0].plan.carve)}"
-                  + (f" GL NKP={cx['NKP']} BNG_EFF={cx['BNG_EFF']} BKG={cx['BKG']}" if cx["GL"] else ""),
+                  + (f" GL NKP={cx['NKP']} BNG_EFF={cx['BNG_EFF']} BKG={cx['BKG']}" if cx["GL"] else "") + after,
                   flush=True)
             layers = None  # (the lambdas above hold the name: drop the layers it points to)
             torch.cuda.empty_cache()
