@@ -234,6 +234,12 @@ def fit_tiles(b: dict, *, hidden: int, shared2: int, experts: int, latent: int, 
     if b.get("BNO", 0) not in (0, 16, 32, 64, 128) or b.get("BKO", 0) not in (0, 64, 128, 256, 512):
         raise ValueError(f"K2 tiles: BNO={b.get('BNO', 0)}, BKO={b.get('BKO', 0)}; o_proj's own tile takes 16..128 "
                          "rows and K steps of 64..512 (0: latent_up's tile)")
+    for key in ("STX", "STXD", "STU"):  # a loop's own cp.async stages (0: STAGES)
+        if b.get(key, 0) not in range(0, 9):
+            raise ValueError(f"K2 tiles: {key}={b[key]}; a loop's own stages are 1..8 (0: STAGES)")
+    for key in ("BKS", "BKU"):  # a loop's own K step (0: the phase's usual one)
+        if b.get(key, 0) not in (0, 16, 32, 64, 128, 256, 512, 1024):
+            raise ValueError(f"K2 tiles: {key}={b[key]}; a loop's own K step is a power of two, 16..1024 (0: BK)")
     if b.get("MMA") and b.get("XPD"):  # the register prefetch steps one k-block at a time
         b.update(KUX=1)
     if b.get("MMA") and b.get("XPDD"):

@@ -724,3 +724,16 @@ def test_bench_l2_cold_rewarms_the_small_tensors_themselves():
     assert any(t is inputs[0] for t in small) and any(t is inputs[1] for t in small)
     assert any(t is rw.post_attention_layernorm for t in small)
     assert not any(t is rw.moe.experts.w13 for t in small)
+
+
+def test_the_loops_own_stages_and_k_steps_take_only_their_values():
+    """STX / STXD / STU (a loop's own cp.async stages, 0: STAGES) are 0..8, BKS / BKU (a loop's
+    own K step, 0: the phase's usual one) 0 or a power of two 16..1024; anything else is refused
+    before a launch, naming the key (not left to Triton's compile error)."""
+    t = tiles.default_tiles(1, mxfp4=False, mma=False)
+    fit = dict(hidden=7168, shared2=1536, experts=896, latent=3584, inter=384)
+    got = tiles.fit_tiles(dict(t, BKX=128, STX=6, BKS=128, STXD=6, BKU=128, STU=6), **fit)
+    assert (got["STX"], got["STXD"], got["BKS"], got["BKU"], got["STU"]) == (6, 6, 128, 128, 6)
+    for bad in (dict(STX=9), dict(STXD=-1), dict(STU=12), dict(BKS=100), dict(BKU=8), dict(BKU=2048)):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
+            tiles.fit_tiles(dict(t, **bad), **fit)
