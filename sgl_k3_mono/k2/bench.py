@@ -386,7 +386,7 @@ class _L2Flush:
     def __init__(self, flush_bytes: int = 256 << 20):
         self.buf = torch.ones(flush_bytes // 4, dtype=torch.float32, device="cuda")
         self.sink = torch.empty((), dtype=torch.float32, device="cuda")
-        self.parts: dict = {}  # (stream_read's partial sums by block size, made on first use)
+        self.parts: dict = {}  # (the reads' kernels' outputs: _out)
         self.mat = None
 
     def _stream(self, evict_first: bool = False, carve: bool = False) -> None:
@@ -396,10 +396,15 @@ class _L2Flush:
         stream_read(self.buf, self._parts(block), evict_first=evict_first, carve=carve)
 
     def _parts(self, block: int):
-        if block not in self.parts:
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
-            self.parts[block] = torch.empty(4096 * sms // block, block, dtype=torch.float32, device="cuda")
-        return self.parts[block]
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        return self._out(block, (4096 * sms // block, block))
+
+    def _out(self, key, shape: tuple):
+        """The fp32 output buffer a read's kernel writes, made on its first use (not on every call:
+        the reads run inside the timed CUDA graphs)."""
+        if key not in self.parts:
+            self.parts[key] = torch.empty(shape, dtype=torch.float32, device="cuda")
+        return self.parts[key]
 
     def read(self, how: str = "sum") -> None:
         if how not in self.READS:
@@ -416,8 +421,7 @@ class _L2Flush:
             from sgl_k3_mono.runtime.l2_stream import code_sweep
 
             programs = 1 if how == "code_22kb_1" else torch.cuda.get_device_properties(0).multi_processor_count
-            code_sweep(self.buf, self.parts.setdefault(how, torch.empty(programs, 128, device="cuda")),
-                       kernels=5 if how == "code_110kb" else 1)
+            code_sweep(self.buf, self._out(how, (programs, 128)), kernels=5 if how == "code_110kb" else 1)
         elif how == "stream_4kb":
             from sgl_k3_mono.runtime.l2_stream import stream_read
 
@@ -426,8 +430,7 @@ class _L2Flush:
             from sgl_k3_mono.runtime.l2_stream import spin
 
             programs = 1 if how == "spin_1" else torch.cuda.get_device_properties(0).multi_processor_count
-            spin(self.parts.setdefault(how, torch.empty(programs, device="cuda")),
-                 ns=100_000 if how.endswith("100us") else 0)
+            spin(self._out(how, (programs,)), ns=100_000 if how.endswith("100us") else 0)
         else:
             if self.mat is None:
                 self.mat = torch.ones(8192, 7168, dtype=torch.bfloat16, device="cuda")
