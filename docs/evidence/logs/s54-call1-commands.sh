@@ -7,6 +7,12 @@ set -u
 source tools/device/env.sh >/dev/null 2>&1
 t k2-stx 300 tests/launch/test_k2.py -k "gpu_real and STX"
 W=l2_cold,after_code_110kb
+# (the five blocks' launches, traced too, compiled at once first: env.sh `warm`)
+cmds=()
+for b in "" BKX=128,STX=6 BKX=128,STX=8 BKX=128,STX=6,BKS=128,STXD=6 BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6; do
+  cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --trace --block '$b' --warm-only")
+done
+warm "$OUT/k2-bf16-stx-warm.log" "${cmds[@]}"
 timeout 360 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways $W \
   --block "" --block BKX=128,STX=6 --block BKX=128,STX=8 --block BKX=128,STX=6,BKS=128,STXD=6 \
   --block BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6 2>&1 \
