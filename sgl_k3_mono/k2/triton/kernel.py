@@ -355,7 +355,7 @@ def k2_kernel(
                     pu = tl.zeros((XR, BI, BKX) if EXPERT_GEMV else (XR, BI), tl.float32)
             item0 = pid + n_mine * up_step  # the shared down's tiles (SDU) after them, as without FLATX
         for item in range(item0, up_stop, up_step):
-            if item < n_up:
+            if not FLATX and item < n_up:  # (FLATX's loop ran them all: their code not built a second time)
                 n = item // (I // BI)
                 i0 = (item % (I // BI)) * BI
                 e = nth_expert(ids, first, number, n).to(tl.int64)
