@@ -1,19 +1,27 @@
-# s54 call 1 (prepared in s53): experts_up's shorter K step (BKX 128: its code 68 -> 17 KB, its loss after other code
-# 3.6 -> 1.2-1.5 us) through a deeper pipeline of its own (STX), the other loops left at 4 stages; then the same for
-# experts_down's shared-down loop (BKS, STXD: 33 -> 20 KB) and latent_up (BKU, STU: 15 -> 9 KB). Numerics first (the
-# GPU cases with them), then K2 warm / after the sum / after other code, traced, the bf16 1-row step in call 2
-# (s54-call2-commands.sh).
+# s54 call 1: experts_up's routed items' item-at-a-time path is no longer built where FLATX's loop runs them all
+# (4bb969e; bf16 sm_90 builds only: experts_up's code 68 -> 29 KB at 1 row, 28 -> 21 KB from 2 rows, CPU compile).
+# (1) K2's bf16 GPU tests (small, real with the new STX options' two cases, the flat loops) beside the compiles;
+# (2) bf16 1 row, traced, warm / after torch's sum / after 110 KB of other code: the new default, the new default
+# with the shorter-code options, and the old tree's default (.ab-old: 95d7ea4's sgl_k3_mono and configs, carried).
 set -u
 source tools/device/env.sh >/dev/null 2>&1
-t k2-stx 300 tests/launch/test_k2.py -k "gpu_real and STX"
-W=l2_cold,after_code_110kb
-# (the five blocks' launches, traced too, compiled at once first: env.sh `warm`)
+old=.ab-old
+( OMP_NUM_THREADS=2 t k2-bf16-small 290 tests/launch/test_k2.py -k "gpu_small and bf16" ) > "$OUT/k2-bf16-small.out" 2>&1 &
+p0=$!
+( OMP_NUM_THREADS=2 t k2-bf16-real 290 tests/launch/test_k2.py \
+    -k "gpu and ((bf16 and (gpu_real or flat_dense)) or flat_expert)" ) > "$OUT/k2-bf16-real.out" 2>&1 &
+p1=$!
+B=("" BKX=128,STX=6 BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6)
+w="timeout 240 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --trace --warm-only"
 cmds=()
-for b in "" BKX=128,STX=6 BKX=128,STX=8 BKX=128,STX=6,BKS=128,STXD=6 BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6; do
-  cmds+=("timeout 300 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --trace --block '$b' --warm-only")
-done
-warm "$OUT/k2-bf16-stx-warm.log" "${cmds[@]}"
-timeout 360 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways $W \
-  --block "" --block BKX=128,STX=6 --block BKX=128,STX=8 --block BKX=128,STX=6,BKS=128,STXD=6 \
-  --block BKX=128,STX=6,BKS=128,STXD=6,BKU=128,STU=6 2>&1 \
-  | grep -E "^K2BENCH|^K2TRACE|^K2WORK|Error|Traceback" | tee "$OUT/k2-bf16-stx.log"
+for b in "${B[@]}"; do cmds+=("$w --block '$b'"); done
+cmds+=("cd $old && PYTHONPATH=/tmp/site:\$PWD $w --block ''")
+warm "$OUT/k2-warm.log" "${cmds[@]}"
+wait $p0 $p1
+cat "$OUT/k2-bf16-small.out" "$OUT/k2-bf16-real.out"
+k2t="python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways l2_cold,after_code_110kb"
+args=(); for b in "${B[@]}"; do args+=(--block "$b"); done
+echo "== K2 new"; ( timeout 130 $k2t "${args[@]}" 2>&1 | grep -E "^K2BENCH|^K2TRACE|^K2WORK|Error|Traceback" ) \
+  | tee "$OUT/k2-new.log"
+echo "== K2 old"; ( cd $old && PYTHONPATH=/tmp/site:$PWD timeout 80 $k2t --block "" 2>&1 \
+  | grep -E "^K2BENCH|^K2TRACE|^K2WORK|Error|Traceback" ) | tee "$OUT/k2-old.log"
