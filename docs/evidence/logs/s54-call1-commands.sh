@@ -1,5 +1,5 @@
-# s54 call 1: experts_up's routed items' item-at-a-time path is no longer built where FLATX's loop runs them all
-# (4bb969e; bf16 sm_90 builds only: experts_up's code 68 -> 29 KB at 1 row, 28 -> 21 KB from 2 rows, CPU compile).
+# s54 call 1: experts_up builds neither its routed items' item-at-a-time path where FLATX's loop runs them all (4bb969e) nor
+# the shared down's tile where SDU is off (bf16 sm_90 builds only: experts_up 68 -> 20 KB at 1 row, 28 -> 14 KB from 2 rows, CPU).
 # (1) K2's bf16 GPU tests (small, real with the new STX options' two cases, the flat loops) beside the compiles;
 # (2) bf16 1 row, traced, warm / after torch's sum / after 110 KB of other code: the new default, the new default
 # with the shorter-code options, and the old tree's default (.ab-old: 95d7ea4's sgl_k3_mono and configs, carried).

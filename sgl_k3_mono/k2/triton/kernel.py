@@ -418,7 +418,7 @@ def k2_kernel(
                                      XR, BI, BKX, STAGES, EXPERT_GEMV)
                     act = situ(g, u, BETA, LBETA).to(tl.bfloat16)
                     tl.store(act_ptr + (n * XR + rx[:, None]) * I + ri[None, :], act)
-            else:
+            elif SDUT > 0:  # (without SDU no item reaches here: the tile's code not built)
                 shared_down_tile(item - n_up, sact_ptr, wsd_ptr, s_wsd, part2_ptr, M, rm, H, L, S2, BM, BN,
                                  BK if DENSE_GEMV else BKD, STAGES, DENSE_GEMV)
         if XET:  # the last program, which the items reach last (fewest of them), after its own
