@@ -2,7 +2,7 @@
 # the shared down's tile where SDU is off (bf16 sm_90 builds only: experts_up 68 -> 20 KB at 1 row, 28 -> 14 KB from 2 rows, CPU).
 # (1) K2's bf16 GPU tests (small, real with the new STX options' two cases, the flat loops) beside the compiles;
 # (2) bf16 1 row, traced, warm / after torch's sum / after 110 KB of other code: the new default, the new default
-# with experts_down's shorter-code shared loop (its K sum alone is 14 KB at BKS 256), with all the shorter-code options, and the old tree's default (.ab-old: 95d7ea4's sgl_k3_mono and configs, carried).
+# with experts_down's shorter-code shared loop (its K sum alone is 14 KB at the default K step, BK 512), with all the shorter-code options, and the old tree's default (.ab-old: 95d7ea4's sgl_k3_mono and configs, carried).
 set -u
 source tools/device/env.sh >/dev/null 2>&1
 old=.ab-old
