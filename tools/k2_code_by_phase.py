@@ -11,6 +11,9 @@ Why: a served step's K2 fetches its code again (forty-ninth session: every K2 af
 after other code, even on one SM, its last phases pay, each about as its code is long). The table
 says which phases' code is long, to set against which phases slow after other code.
 Instructions are 16 bytes; `lines` counts the distinct 128-byte lines a phase's code touches.
+`out of line`: the phase's instructions after the kernel's last EXIT, ptxas's slow paths for the
+shuffles of code it cannot prove warp-converged (WARPSYNC.COLLECTIVE ... ENDCOLLECTIVE), which a
+converged warp never runs (54th session: 11.5 of experts_down's 33.5 KB at bf16 1 row).
 """
 
 from __future__ import annotations
@@ -74,12 +77,14 @@ def main(argv=None) -> int:
     starts = phase_starts()
     phases = by_phase(sass, starts)
     total = sum(len(a) for a in phases.values())
+    last_exit = max(int(m.group(1), 16) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s*EXIT\b", sass))
     print(f"K2CODE {fmt} M={rows} {argv[2] if len(argv) > 2 else ''} sm_90 (Triton {triton.__version__}): {total} instructions, {total * 16 / 1024:.1f} KB")
     for name in [n for _, n in starts] + ["?"]:
         a = phases.get(name)
         if a:
             print(f"K2CODE {name:13s} {len(a):6d} instr {len(a) * 16 / 1024:6.1f} KB "
-                  f"{len({x // 128 for x in a}):5d} lines")
+                  f"{len({x // 128 for x in a}):5d} lines "
+                  f"{sum(x > last_exit for x in a) * 16 / 1024:6.1f} KB out of line")
     return 0
 
 
