@@ -1,5 +1,6 @@
 """tools/k2_code_by_phase.py: each instruction goes to the phase whose block of
-k2/triton/kernel.py it was inlined from, and every phase's block is found."""
+k2/triton/kernel.py it was inlined from, and every phase's block is found; the code after
+the last EXIT counts as out of line, and a phase's span is taken from its in-line code."""
 
 from __future__ import annotations
 
@@ -33,3 +34,18 @@ def test_an_instruction_goes_to_the_outermost_kernel_line():
         "        /*00a0*/                   EXIT ;",
     ])
     assert dict(tool.by_phase(sass, starts)) == {"entry": [0], "o_proj": [0x10, 0x90], "seam": [0xA0]}
+
+
+def test_out_of_line_code_is_after_the_last_exit_and_left_out_of_the_span():
+    tool = _tool()
+    sass = "\n".join([
+        "        /*0000*/                   MOV R2, R3 ;",
+        "        /*0400*/              @P0 EXIT ;",
+        "        /*0800*/                   EXIT ;",
+        ".L_x_1:",
+        "        /*0810*/                   SHFL.BFLY P5, R12, R136, R11, R10 ;",
+    ])
+    assert tool.last_exit(sass) == 0x800
+    addrs = [0x400 * i for i in range(21)] + [0x10000]  # 0 .. 20 KB in line, one instruction far out of line
+    assert tool.span_kb(addrs, 0x5000) == (1.0, 19.0)
+    assert all(x != x for x in tool.span_kb([0x10000], 0x5000))  # nothing in line: no span (nan)
