@@ -13,7 +13,9 @@ says which phases' code is long, to set against which phases slow after other co
 Instructions are 16 bytes; `lines` counts the distinct 128-byte lines a phase's code touches.
 `out of line`: the phase's instructions after the kernel's last EXIT, ptxas's slow paths for the
 shuffles of code it cannot prove warp-converged (WARPSYNC.COLLECTIVE ... ENDCOLLECTIVE), which a
-converged warp never runs (54th session: 11.5 of experts_down's 33.5 KB at bf16 1 row).
+converged warp never runs (54th session: 11.5 of experts_down's 33.5 KB at bf16 1 row). The
+build has no called (noinline) functions; a body of one would also land after the last EXIT and
+be counted here although it runs.
 `at KB`: where the phase's in-line code sits, from the kernel's entry (the 5th to the 95th
 percentile of its addresses). 54th session: at 1 row, bf16 and MXFP4 alike, the phases that run
 no slower after other code (o_proj, seam, front) sit in the first 64 KB, and those that do
