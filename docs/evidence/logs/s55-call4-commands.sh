@@ -10,7 +10,7 @@ source tools/device/env.sh >/dev/null 2>&1
 probe=.ab-probe
 w="timeout 200 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --trace --warm-only --block ''"
 warm "$OUT/k2-warm.log" "$w" "cd $probe && PYTHONPATH=/tmp/site:\$PWD $w"
-k2t="python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways l2_cold,after_code_110kb --block ''"
+k2t="python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways l2_cold,after_code_110kb"
 for run in tree:170 probe:120 tree:120; do
   t=${run%%:*}; d=.; [ $t = probe ] && d=$probe
   echo "== K2 $t"
