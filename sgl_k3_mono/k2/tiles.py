@@ -73,8 +73,9 @@ def k2_tiles(rows: int, *, dense_gemv: bool, expert_gemv: bool, num_warps: int, 
         t.update(BI=64, BL=128, BKX=256, BKD=128)
     if dense_gemv and rows == 1 and not mma and not mxfp4:
         # bf16 experts: the mma branch's 1-row dense choices too (FLATD, o_proj's own tile; 37th),
-        # four stages for FLATX's loops (39th)
-        t.update(FLATD=1, BNO=64, BKO=128, STAGES=4)
+        # four stages for FLATX's loops (39th); experts_down's loop over the shared down's tiles in K steps
+        # of 128 (its code 33 -> 20 KB), six stages for its two loops (54th: after other code, as in a step)
+        t.update(FLATD=1, BNO=64, BKO=128, STAGES=4, BKS=128, STXD=6)
     if not mma and not mxfp4:  # bf16 experts: their items one pipelined loop a program (FLATX: 39th; XU: off)
         t.update(FLATX=1)
     return t
@@ -110,7 +111,11 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     branch's dense choices, FLATD and o_proj's own 64-row tile stepping 128 of K (37th: 160.9
     against 173.3 us, FLATD alone 167.8), and the GEMV experts' items and K steps one pipelined loop
     a program (FLATX) with four stages (39th, an H100: 133.7 / 134.5 against 161.3 us; FLATX with
-    3 stages 137.9 / 138.1; 101 KB of shared memory); FLATX on the tensor cores from 2 rows too
+    3 stages 137.9 / 138.1; 101 KB of shared memory); experts_down's loop over the shared down's
+    tiles in K steps of 128 and six stages for experts_down's loops (BKS / STXD: 54th, an H100,
+    warm / after other code 133.8 / 146.0 us against 134.7 / 148.0, 55th 130.9 / 145.3 against
+    132.8 / 146.0 and GPU-tested; the 1-row step 1061.1 against
+    1065.0); FLATX on the tensor cores from 2 rows too
     (39th: 187.4 / 268.6 / 428.9 us at 2 / 4 / 8 rows against 194.6 / 276.7 / 451.5). From 2 rows
     four pipeline stages were 0.8-4.5 % faster with
     bf16 experts on Triton 3.6, but a newer Triton lays that build out in 240 KB of shared
