@@ -1,10 +1,11 @@
-# s55 call 3 (this session's third call; call 1 ran s55-call1-commands.sh, call 2 s55-call3-commands.sh): call 1's
-# timing of BKS=128,STXD=6 ran out of its limit (the first timed row compiled SGLang's standard kernels), so the block
-# against the default again, then s55-call4-commands.sh (the barrier-noinline probe against this tree).
+# s55 call 5: the bf16 1-row step with K2's new default (BKS 128, STXD 6) against the
+# old tree's (.ab-old: 95d7ea4's), one after the other on the same GPU. Carry [".whl", ".ab-old"].
 set -u
 source tools/device/env.sh >/dev/null 2>&1
-( timeout 150 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold \
-    --cold-ways l2_cold,after_code_110kb --block "" --block BKS=128,STXD=6 --block "" 2>&1 \
-  | grep -E "^K2BENCH bf16|^K2TRACE|^K2WORK|Error|Traceback" ) > "$OUT/k2-bf16-bks.log"
-grep -E "^K2BENCH bf16 +M" "$OUT/k2-bf16-bks.log"
-bash docs/evidence/logs/s55-call4-commands.sh
+old=.ab-old
+STD=$PWD/docs/evidence/logs/s37-call2-sglang-moe-k3-tuned-h100.json
+st="python3 -m sgl_k3_mono.cli bench step --fmt bf16 --rows 1 --kernels --std-config $STD"
+pat="^step bench|^ M |^ *[0-9]+ |^kernels.*k[12]_kernel|^kernels.*sum|Error|Traceback"
+echo "== step new"; ( timeout 220 $st 2>&1 | grep -E "$pat" ) | tee "$OUT/step-bf16-new.log"
+echo "== step old"; ( cd $old && PYTHONPATH=/tmp/site:$PWD timeout 170 $st 2>&1 | grep -E "$pat" ) \
+  | tee "$OUT/step-bf16-old.log"
