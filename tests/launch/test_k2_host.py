@@ -37,8 +37,9 @@ def test_pow2_divisor():
 
 
 def test_default_tiles_by_rows_and_format():
-    """1 row: GEMV everywhere (8 warps), bf16 with FLATD, o_proj's own tile and FLATX in four
-    stages (MXFP4 takes mma_fp4 on sm_90, its own block); bf16 with FLATX at every row count; from 2 rows
+    """1 row: GEMV everywhere (8 warps), bf16 with FLATD, o_proj's own tile, FLATX in four
+    stages and experts_down's shared-down loop in K steps of 128 over six stages (MXFP4 takes
+    mma_fp4 on sm_90, its own block); bf16 with FLATX at every row count; from 2 rows
     the tensor cores, MXFP4 experts through dot_scaled with 4 warps, bf16 with 8
     (docs/evidence/k2-sm90.md)."""
     one = tiles.default_tiles(1, mxfp4=True)
@@ -48,6 +49,8 @@ def test_default_tiles_by_rows_and_format():
     assert one_bf16["DENSE_GEMV"] and one_bf16["EXPERT_GEMV"] and one_bf16["num_warps"] == 8
     assert (one_bf16["FLATD"], one_bf16["BNO"], one_bf16["BKO"]) == (1, 64, 128)
     assert (one_bf16["FLATX"], one_bf16["STAGES"]) == (1, 4) and one.get("FLATX", 0) == 0 and one["STAGES"] == 3
+    assert (one_bf16["BKS"], one_bf16["STXD"]) == (128, 6) and "BKS" not in one and "STXD" not in one
+    assert all("BKS" not in tiles.default_tiles(r, mxfp4=False) for r in range(2, 9))
     assert all(tiles.default_tiles(r, mxfp4=False)["FLATX"] == 1 for r in range(2, 9))
     assert all(tiles.default_tiles(r, mxfp4=True).get("FLATX", 0) == 0 for r in range(1, 9))
     for rows in range(2, 9):
