@@ -17,9 +17,10 @@ converged warp never runs (54th session: 11.5 of experts_down's 33.5 KB at bf16 
 build has no called (noinline) functions; a body of one would also land after the last EXIT and
 be counted here although it runs.
 `at KB`: where the phase's in-line code sits, from the kernel's entry (the 5th to the 95th
-percentile of its addresses). 54th session: at 1 row, bf16 and MXFP4 alike, the phases that run
-no slower after other code (o_proj, seam, front) sit in the first 64 KB, and those that do
-(experts_up on) above it; K1's decode builds, which do not lose, are 61-64 KB in all.
+percentile of its addresses). 54th session: at 1 row the phases that run no slower after other
+code (o_proj, seam, front) sit in the first 64 KB, those that do above it. The 55th tested it
+(FLATD=0 / FR=0 put front / routing code past 64 KB; they lost 0.3-0.6 us): not the place but
+the order decides, the phases that run last pay.
 """
 
 from __future__ import annotations

@@ -112,10 +112,9 @@ def default_tiles(rows: int, mxfp4: bool = True, mma: bool = False) -> dict:
     against 173.3 us, FLATD alone 167.8), and the GEMV experts' items and K steps one pipelined loop
     a program (FLATX) with four stages (39th, an H100: 133.7 / 134.5 against 161.3 us; FLATX with
     3 stages 137.9 / 138.1; 101 KB of shared memory); experts_down's loop over the shared down's
-    tiles in K steps of 128 and six stages for experts_down's loops (BKS / STXD: 54th, an H100,
-    warm / after other code 133.8 / 146.0 us against 134.7 / 148.0, 55th 130.9 / 145.3 against
-    132.8 / 146.0 and GPU-tested; the 1-row step 1061.1 against
-    1065.0); FLATX on the tensor cores from 2 rows too
+    tiles in K steps of 128 and six stages for experts_down's loops (BKS / STXD: 54th and 55th,
+    H100s, warm / after other code 130.9 / 145.3 us against 132.8 / 146.0; the 1-row step 1042.9
+    against 1050.3); FLATX on the tensor cores from 2 rows too
     (39th: 187.4 / 268.6 / 428.9 us at 2 / 4 / 8 rows against 194.6 / 276.7 / 451.5). From 2 rows
     four pipeline stages were 0.8-4.5 % faster with
     bf16 experts on Triton 3.6, but a newer Triton lays that build out in 240 KB of shared
