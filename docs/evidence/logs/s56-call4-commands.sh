@@ -1,0 +1,3 @@
+# s56 call 4 (inline, same machine): the probe's default and WARM=1 traced; the traced builds compiled first. The
+# timing stopped at a KeyError: bench k2 --trace needs l2_cold among --cold-ways.
+source tools/device/env.sh >/dev/null 2>&1; cd .ab-probe; export PYTHONPATH=/tmp/site:$PWD; w="timeout 150 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --trace --warm-only"; ( $w --block '' > $OUT/w0.log 2>&1 & $w --block WARM=1 > $OUT/w1.log 2>&1 & wait ); timeout 120 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways after_code_110kb --block '' --block WARM=1 > $OUT/k2-warm-trace.log 2>&1; echo rc $?; grep -E "^K2BENCH bf16|^K2TRACE|Error|Traceback" $OUT/k2-warm-trace.log | cut -c1-700

@@ -1,0 +1,2 @@
+# s56 call 5 (inline, same machine): call 4's traced timing with l2_cold among the cold ways.
+source tools/device/env.sh >/dev/null 2>&1; cd .ab-probe; export PYTHONPATH=/tmp/site:$PWD; timeout 150 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways l2_cold,after_code_110kb --block '' --block WARM=1 > $OUT/k2-warm-trace.log 2>&1; echo rc $?; grep -E "^K2BENCH bf16|^K2TRACE|Error|Traceback" $OUT/k2-warm-trace.log | cut -c1-900
