@@ -1,0 +1,4 @@
+# s56 call 6 (inline, same machine; carry [".whl", ".ab-probe"]): WARM=3, latent_up's and combine's loops alone
+# run dry by every program the seam leaves idle (added to the probe tree after call 5: logs/s56-probe-k2-warm.patch
+# has it), against the probe's default, untraced and traced, warm / after torch's sum / after 110 KB of other code.
+source tools/device/env.sh >/dev/null 2>&1; cd .ab-probe; export PYTHONPATH=/tmp/site:$PWD; w="timeout 100 python3 -m sgl_k3_mono.k2.bench --rows 1 --formats bf16 --warm-only --block WARM=3"; ( $w > $OUT/w3.log 2>&1 & $w --trace > $OUT/w3t.log 2>&1 & wait ); timeout 90 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --trace --l2-cold --cold-ways l2_cold,after_code_110kb --block '' --block WARM=3 > $OUT/k2-warm3.log 2>&1; echo rc $?; grep -E "^K2BENCH bf16|^K2TRACE|Error|Traceback" $OUT/k2-warm3.log | cut -c1-900
