@@ -20,7 +20,9 @@ be counted here although it runs.
 percentile of its addresses). 54th session: at 1 row the phases that run no slower after other
 code (o_proj, seam, front) sit in the first 64 KB, those that do above it. The 55th tested it
 (FLATD=0 / FR=0 put front / routing code past 64 KB; they lost 0.3-0.6 us): not the place but
-the order decides, the phases that run last pay.
+the order decides, the phases that run last pay. The 56th ran latent_up's code first on the programs the seam
+leaves idle (probe WARM). latent_up then lost nothing after other code. But the cold fetch took longer than the
+seam's wait, so the loss moved into the seam (docs/evidence/k2-sm90.md, 56th).
 """
 
 from __future__ import annotations
