@@ -2,7 +2,8 @@
 leaves idle) against the same tree's default on one bf16 1-row TP-8 rank case and the same
 weights: each against the reference (poisoned output, three launches in a row, so the dry
 passes read the scratch earlier launches left) and bitwise against the default.
-Run from the probe tree (.ab-probe) with main's tests/launch on the path."""
+Run from the probe tree (.ab-probe) with main's tests/launch on the path. Arguments: the WARM blocks
+to check (call 2 ran it with none: WARM=1 and WARM=2)."""
 import dataclasses
 import os
 import sys
@@ -17,7 +18,7 @@ for rows, nvb, seed in ((1, 1, 66), (1, 0, 67)):
     base = Case("kimi-k3-tp8-rank", rows, "bf16", "sm_90", nvb=nvb, seed=seed)
     w = random_k2_weights(case_dims(base), fmt="bf16", device="cuda", seed=seed)
     ref = None
-    for tiles in ("", "WARM=1", "WARM=2"):
+    for tiles in [""] + (sys.argv[1:] or ["WARM=1", "WARM=2"]):
         got = run_case(dataclasses.replace(base, tiles=tiles), "cuda", phase=None, weights=w, repeat=3, keep_out=True)
         out = got.pop("out")
         if ref is None:
