@@ -23,5 +23,6 @@ for rows, nvb, seed in ((1, 1, 66), (1, 0, 67)):
         out = got.pop("out")
         if ref is None:
             ref = out
-        print(f"WARMCHK M={rows} nvb={nvb} tiles={tiles!r}: hidden={got['hidden']} violations={got['violations']} routing_equal={got['routing_equal']} "
-              f"finite={got['finite']} bitwise_vs_default={torch.equal(out, ref)}", flush=True)
+        print(f"WARMCHK M={rows} nvb={nvb} tiles={tiles!r}: hidden={got['hidden']} violations={got['violations']} "
+              f"routing_equal={got['routing_equal']} finite={got['finite']} bitwise_vs_default={torch.equal(out, ref)}",
+              flush=True)
