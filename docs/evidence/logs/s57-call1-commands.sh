@@ -1,0 +1,11 @@
+# s57 call 1: what the card allows. An H200: bf16-gate (K2's bf16 GPU tests, the standard paths' checks, SGLang's
+# fused MoE tuned for K3's shapes, K2 bf16 against it; step-std follows in call 2 on the same machine).
+# An H100: the WARM=4/5 probe prepared in the fifty-sixth session (s56-probe-warm-next-commands.sh).
+# Carry [".whl", ".ab-probe"].
+set -u
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+echo "== gpu: $gpu"
+case "$gpu" in
+  *H200*) bash tools/device/bench.sh bf16-gate ;;
+  *) bash docs/evidence/logs/s56-probe-warm-next-commands.sh ;;
+esac
