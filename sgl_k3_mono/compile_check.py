@@ -115,10 +115,11 @@ def _placeholder(shape, dtype):
 
 
 def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1, shapes_tp: int = 8,
-                layout: str = "plain"):
+                layout: str = "plain", block: Optional[dict] = None, trace: bool = False):
     """K2 at a real TP-`shapes_tp` rank's shapes with its reduce over `tp` ranks (tp 1 with
     TP-8 shapes: the one-GPU tests' launch), on CPU placeholders (never touched). `layout`:
-    MXFP4 experts as SGLang holds them, "plain" or AITER's "KIND-I_PAD" (AITER_LAYOUTS)."""
+    MXFP4 experts as SGLang holds them, "plain" or AITER's "KIND-I_PAD" (AITER_LAYOUTS).
+    `block` / `trace`: as bench k2's --block / --trace set them (tools/device/tcache.py)."""
     import torch
 
     from sgl_k3_mono.k2.host import K2Launch, K2Peers, K2Plan
@@ -151,6 +152,12 @@ def _k2_variant(fmt: str, isa_rounding: str, rows: int, target: str, tp: int = 1
     peers = K2Peers.emulated(plan, "cpu")[0] if tp > 1 else None
     # the argument pack is the same for every device code (one host side): build it as Triton's
     launch = K2Launch.build(plan, "cpu", hip=target == "gfx950", peers=peers, impl="triton")
+    if block:
+        launch.set_block(**block)
+    if trace:
+        from sgl_k3_mono.k2.triton.frame import TRACE_SLOTS
+
+        launch.trace = ph((plan.grid, TRACE_SLOTS.value), torch.int64)
     args, meta = launch.launch_args(w, ph((rows, A), bf), ph((rows, 8, H), bf), 4, ph((rows, H), bf),
                                     torch.empty(rows, H, dtype=bf))
     from sgl_k3_mono.k2.triton.kernel import k2_kernel

@@ -10,6 +10,11 @@ export PYTHONPATH=/tmp/site:$PWD
 # (no SGLang) and the timed one that follows used two caches, and every timed row compiled
 # again (20-37 s a row, fourteenth session: tools/device/cache_probe.py).
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
+# (.tcache, when carried: compiles done on the CPU for this call, tools/device/tcache.py; it installs
+# them only if this Triton keys them as they were built)
+if [ -f .tcache/tcache-manifest.json ]; then
+  python3 tools/device/tcache.py install .tcache || echo "TCACHE install failed: the call compiles as before"
+fi
 mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git log is stale: record the commit here)
 # (XDIST=N: N pytest workers, pytest-xdist from the .whl folder, so the tests compile their

@@ -1,0 +1,185 @@
+"""Triton's compile cache for the device machine, built on this CPU, so that a fresh machine
+does not spend its device time compiling what a call is about to time.
+
+Why: a device call starts on a bare machine with an empty cache. Before anything is timed it
+compiles bench k2's after_code_110kb kernels (five of 256 unrolled bodies, ~13 s each, one
+after the other), the K2 builds the call compares (20-45 s each at real shapes) and SGLang's
+standard kernels; the fifty-sixth session's K2 MXFP4 8-row row ran out of its limit that way.
+
+    .venv-t36/bin/python tools/device/tcache.py build .tcache SPEC...   # here (tools/setup_triton36.sh)
+    python3 tools/device/tcache.py install .tcache                      # there: env.sh, when carried
+
+SPEC: `code` (l2_stream's code_sweep kernels, bench k2's after_code_110kb / code_22kb), or
+`k2:FMT:ROWS[:BLOCK][:trace]`: K2 at a TP-8 rank's shapes, TP 1, as bench k2 builds it (FMT bf16 /
+mxfp4, BLOCK as its --block, e.g. `k2:bf16:1:WARM=4`, `k2:mxfp4:8`; `trace` as with --trace).
+PYTHONPATH chooses the tree (`PYTHONPATH=.ab-probe` builds a probe tree's kernels).
+
+Triton finds an entry only under the same key. The key covers Triton's own files, among them
+libtriton.so, which differs between the device's Python 3.12 wheel of triton 3.6.0 and this
+machine's 3.11 one (the Python files are the same): `build` therefore keys entries as the
+3.12 wheel would (CP312_LIBTRITON_SHA256; `--cp312-wheel W` reads it from the wheel), and
+`install` installs nothing unless the device's own key is the one the entries were built for.
+The rest of the key (the kernel's source, its specialisation, ptxas's version, the options)
+is what a launch there computes: compile_check's argument builder gives the specialisation a
+real launch gets. Whether the device's launches find the entries is seen only there: `install`
+prints `TCACHE`, and a timed run that compiles nothing starts at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MANIFEST = "tcache-manifest.json"
+TRITON_VERSION = "3.6.0"
+CP312_LIBTRITON_SHA256 = "28daaa70a904e4f8add754e518533e8a69b94ab8b16431ce77d45f1f25282b87"
+"""sha256 of triton/_C/libtriton.so in triton-3.6.0-cp312-cp312-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl
+(PyPI), the build the device's Python 3.12 runs (read 2026-12-07)."""
+KEEP = (".json", ".cubin")  # what a cache hit reads (CompiledKernel: the metadata and the binary)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _key_digest(key: str) -> str:
+    return _sha(key.encode())
+
+
+def _keyed_as_cp312(cp312_lib_sha: str) -> str:
+    """This machine's triton_key with its libtriton.so hash replaced by the 3.12 wheel's."""
+    import triton
+    from triton.runtime import cache
+
+    lib = os.path.join(os.path.dirname(triton.__file__), "_C", "libtriton.so")
+    own = _sha(open(lib, "rb").read())
+    key = cache.triton_key()
+    if key.count(own) != 1:
+        raise SystemExit(f"TCACHE build: libtriton's hash is not once in Triton {triton.__version__}'s key")
+    key = key.replace(own, cp312_lib_sha)
+    cache.triton_key = lambda: key  # (get_cache_key reads the module's name at each compile)
+    return key
+
+
+def _build_code() -> None:
+    import torch
+
+    from sgl_k3_mono.runtime import l2_stream
+
+    x = torch.zeros(1 << 20, dtype=torch.float32)
+    out = torch.zeros(132, 128, dtype=torch.float32)
+    for seed in range(5):  # (code_sweep's own arguments: bench k2 runs up to five on every SM)
+        l2_stream._code_sweep.warmup(x, out, STEPS=256, SEED=seed, num_warps=4, num_stages=1, grid=(132,))
+
+
+def _build_k2(fmt: str, rows: int, block: dict, trace: bool) -> None:
+    from sgl_k3_mono.compile_check import _k2_variant
+
+    kernel, args, meta = _k2_variant(fmt, "sm_90", rows, "sm_90", block=block, trace=trace)
+    kernel.warmup(*args, PHASE=-1, grid=(132,), **meta)
+
+
+def _one(spec: str) -> None:
+    if spec == "code":
+        return _build_code()
+    parts = spec.split(":")
+    if parts[0] != "k2" or len(parts) < 3:
+        raise SystemExit(f"TCACHE build: {spec!r} is neither `code` nor k2:FMT:ROWS[:BLOCK][:trace]")
+    trace = parts[-1] == "trace"
+    rest = parts[3:-1] if trace else parts[3:]
+    block = {k: int(v) for k, v in (kv.split("=") for kv in (rest[0] if rest else "").split(",") if kv)}
+    _build_k2(parts[1], int(parts[2]), block, trace)
+
+
+def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
+    import triton
+
+    from sgl_k3_mono.compile_check import _stub_driver
+
+    if triton.__version__ != TRITON_VERSION:
+        raise SystemExit(f"TCACHE build: Triton {triton.__version__} here; the device runs {TRITON_VERSION} "
+                         "(tools/setup_triton36.sh makes .venv-t36)")
+    lib_sha = CP312_LIBTRITON_SHA256
+    if cp312_wheel:
+        with zipfile.ZipFile(cp312_wheel) as z:
+            lib_sha = _sha(z.read("triton/_C/libtriton.so"))
+    key = _keyed_as_cp312(lib_sha)
+    work = os.path.abspath(out) + ".work"  # (Triton's own cache here, pruned into `out` below)
+    os.environ["TRITON_CACHE_DIR"] = work
+    _stub_driver("sm_90")
+    for spec in specs:
+        t = time.time()
+        _one(spec)
+        print(f"TCACHE built {spec} in {time.time() - t:.1f} s", flush=True)
+    os.makedirs(out, exist_ok=True)
+    entries = {}
+    for h in sorted(os.listdir(work)):
+        src = os.path.join(work, h)
+        grp = [f for f in os.listdir(src) if f.startswith("__grp__")]
+        if len(grp) != 1:
+            continue  # (a launcher's .so or a half-written entry: the device builds its own launcher)
+        dst = os.path.join(out, h)
+        os.makedirs(dst, exist_ok=True)
+        kept = [f for f in os.listdir(src) if f.endswith(KEEP) and not f.startswith("__grp__")]
+        for f in kept:
+            shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
+        json.dump({"child_paths": {f: f for f in kept}}, open(os.path.join(dst, grp[0]), "w"))
+        entries[h] = sorted(kept)
+    manifest = {"triton": TRITON_VERSION, "key_sha256": _key_digest(key), "cp312_libtriton_sha256": lib_sha,
+                "specs": specs, "entries": entries}
+    json.dump(manifest, open(os.path.join(out, MANIFEST), "w"), indent=1)
+    size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
+    print(f"TCACHE {len(entries)} entries, {size / 2**20:.1f} MiB in {out}")
+    return 0
+
+
+def install(src: str) -> int:
+    """Copy the entries into this machine's Triton cache (TRITON_CACHE_DIR, else Triton's
+    default), their groups pointing at the copies, if this Triton's key is theirs."""
+    from triton.runtime.cache import triton_key
+
+    m = json.load(open(os.path.join(src, MANIFEST)))
+    own = _key_digest(triton_key())
+    if own != m["key_sha256"]:
+        print(f"TCACHE not installed: this Triton's key {own[:12]} is not the entries' {m['key_sha256'][:12]} "
+              f"(built for triton {m['triton']}, Python 3.12's libtriton {m['cp312_libtriton_sha256'][:12]})")
+        return 0
+    cache = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    new = 0
+    for h, files in m["entries"].items():
+        dst = os.path.join(cache, h)
+        if os.path.isdir(dst):
+            continue
+        os.makedirs(dst)
+        for f in files:
+            shutil.copyfile(os.path.join(src, h, f), os.path.join(dst, f))
+        grp = [f for f in os.listdir(os.path.join(src, h)) if f.startswith("__grp__")][0]
+        json.dump({"child_paths": {f: os.path.join(dst, f) for f in files}}, open(os.path.join(dst, grp), "w"))
+        new += 1
+    print(f"TCACHE installed {new} of {len(m['entries'])} entries into {cache} (key {own[:12]}): {' '.join(m['specs'])}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = list(sys.argv[1:] if argv is None else argv)
+    if len(a) >= 2 and a[0] == "install":
+        return install(a[1])
+    if len(a) >= 3 and a[0] == "build":
+        wheel = None
+        if "--cp312-wheel" in a:
+            i = a.index("--cp312-wheel")
+            wheel = a[i + 1]
+            del a[i:i + 2]
+        return build(a[1], a[2:], wheel)
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
