@@ -12,7 +12,8 @@ standard kernels; the fifty-sixth session's K2 MXFP4 8-row row ran out of its li
 SPEC: `code` (l2_stream's code_sweep kernels, bench k2's after_code_110kb / code_22kb), or
 `k2:FMT:ROWS[:BLOCK][:trace]`: K2 at a TP-8 rank's shapes, TP 1, as bench k2 builds it (FMT bf16 /
 mxfp4, BLOCK as its --block, e.g. `k2:bf16:1:WARM=4`, `k2:mxfp4:8`; `trace` as with --trace).
-PYTHONPATH chooses the tree (`PYTHONPATH=.ab-probe` builds a probe tree's kernels).
+PYTHONPATH chooses the tree (`PYTHONPATH=.ab-probe` builds a probe tree's kernels); a second build into
+the same folder adds its entries to the first's.
 
 Triton finds an entry only under the same key. The key covers Triton's own files, among them
 libtriton.so, which differs between the device's Python 3.12 wheel of triton 3.6.0 and this
@@ -133,9 +134,15 @@ def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
         entries[h] = sorted(kept)
     manifest = {"triton": TRITON_VERSION, "key_sha256": _key_digest(key), "cp312_libtriton_sha256": lib_sha,
                 "specs": specs, "entries": entries}
-    json.dump(manifest, open(os.path.join(out, MANIFEST), "w"), indent=1)
+    path = os.path.join(out, MANIFEST)
+    if os.path.exists(path):  # a second build into `out` (another tree's kernels) adds to the first
+        old = json.load(open(path))
+        if old["key_sha256"] == manifest["key_sha256"]:
+            manifest["specs"] = old["specs"] + [s for s in specs if s not in old["specs"]]
+            manifest["entries"] = {**old["entries"], **entries}
+    json.dump(manifest, open(path, "w"), indent=1)
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
-    print(f"TCACHE {len(entries)} entries, {size / 2**20:.1f} MiB in {out}")
+    print(f"TCACHE {len(manifest['entries'])} entries, {size / 2**20:.1f} MiB in {out}")
     return 0
 
 
