@@ -14,7 +14,14 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
 # them only if this Triton keys them as they were built)
 if [ -f .tcache/tcache-manifest.json ]; then
   python3 tools/device/tcache.py install .tcache || echo "TCACHE install failed: the call compiles as before"
+  [ -e /tmp/tcache-installed ] || touch /tmp/tcache-installed  # (tcache_compiled: what was built here after it)
 fi
+# tcache_compiled: the kernels this machine compiled after .tcache was installed (its misses), a count a name
+tcache_compiled() {
+  [ -e /tmp/tcache-installed ] || return 0
+  echo "== TCACHE compiled here since the install:"
+  find "$TRITON_CACHE_DIR" -name '*.cubin' -newer /tmp/tcache-installed -printf '%f\n' | sort | uniq -c
+}
 mkdir -p "$OUT"
 date -u; nvidia-smi --query-gpu=name --format=csv,noheader  # (the copy's git log is stale: record the commit here)
 # (XDIST=N: N pytest workers, pytest-xdist from the .whl folder, so the tests compile their

@@ -1,7 +1,9 @@
 # s57 call 1: what the card allows. An H200: bf16-gate (K2's bf16 GPU tests, the standard paths' checks, SGLang's
 # fused MoE tuned for K3's shapes, K2 bf16 against it; step-std follows in call 2 on the same machine).
 # An H100: the WARM=4/5 probe prepared in the fifty-sixth session (s56-probe-warm-next-commands.sh).
-# Carry [".whl", ".ab-probe"].
+# Carry [".whl", ".ab-probe", ".tcache"]: .tcache is tools/device/tcache.py's build of the code kernels and these K2 builds
+# (`code k2:bf16:1 k2:bf16:2 k2:bf16:4 k2:bf16:8 k2:mxfp4:8`, and in .ab-probe `k2:bf16:1` with WARM=4 / WARM=5 /
+# trace), installed by env.sh; the end lists what the machine compiled anyway.
 set -u
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "== gpu: $gpu"
@@ -9,3 +11,4 @@ case "$gpu" in
   *H200*) bash tools/device/bench.sh bf16-gate ;;
   *) bash docs/evidence/logs/s56-probe-warm-next-commands.sh ;;
 esac
+source tools/device/env.sh > /dev/null 2>&1; tcache_compiled
