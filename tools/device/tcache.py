@@ -2,9 +2,10 @@
 does not spend its device time compiling what a call is about to time.
 
 Why: a device call starts on a bare machine with an empty cache. Before anything is timed it
-compiles bench k2's after_code_110kb kernels (five of 256 unrolled bodies, ~13 s each, one
-after the other), the K2 builds the call compares (20-45 s each at real shapes) and SGLang's
-standard kernels; the fifty-sixth session's K2 MXFP4 8-row row ran out of its limit that way.
+compiles bench k2's after_code_110kb kernels (five of 256 unrolled bodies, 15-17 s each here, one
+after the other), the K2 builds the call compares (6-13 s each here) and SGLang's standard
+kernels (not built here); the fifty-sixth session's K2 MXFP4 8-row row ran out of its limit
+while its cold ways compiled.
 
     .venv-t36/bin/python tools/device/tcache.py build .tcache SPEC...   # here (tools/setup_triton36.sh)
     python3 tools/device/tcache.py install .tcache                      # there: env.sh, when carried
