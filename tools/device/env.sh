@@ -10,10 +10,10 @@ export PYTHONPATH=/tmp/site:$PWD
 # (no SGLang) and the timed one that follows used two caches, and every timed row compiled
 # again (20-37 s a row, fourteenth session: tools/device/cache_probe.py).
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$HOME/.triton/cache}
-# (.tcache, when carried: compiles done on the CPU for this call, tools/device/tcache.py; it installs
+# (.tcache.txz, when carried: compiles done on the CPU for this call, tools/device/tcache.py; it installs
 # them only if this Triton keys them as they were built)
-if [ -f .tcache/tcache-manifest.json ]; then
-  python3 tools/device/tcache.py install .tcache || echo "TCACHE install failed: the call compiles as before"
+if [ -f .tcache.txz ]; then
+  python3 tools/device/tcache.py install .tcache.txz || echo "TCACHE install failed: the call compiles as before"
   [ -e /tmp/tcache-installed ] || touch /tmp/tcache-installed  # (tcache_compiled: what was built here after it)
 fi
 # tcache_compiled: the kernels this machine compiled after .tcache was installed (its misses), a count a name

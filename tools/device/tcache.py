@@ -8,9 +8,15 @@ kernels (not built here); the fifty-sixth session's K2 MXFP4 8-row row ran out o
 while its cold ways compiled.
 
     .venv-t36/bin/python tools/device/tcache.py build .tcache SPEC...   # here (tools/setup_triton36.sh)
-    python3 tools/device/tcache.py install .tcache                      # there: env.sh, when carried
+    python3 tools/device/tcache.py install .tcache.txz                  # there: env.sh, when carried
+    .venv-t36/bin/python tools/device/tcache.py check .tcache.txz SPEC...  # here: installed under the
+                                        # device's key, the specs compile again as cache hits
 
-SPEC: `code` (l2_stream's code_sweep kernels, bench k2's after_code_110kb / code_22kb), or
+(build leaves the folder and its .txz, which is what a call carries: about a tenth of the size.)
+
+SPEC: `code` (l2_stream's code_sweep kernels, bench k2's after_code_110kb / code_22kb);
+`sgmoe:ROWS` / `sgmoe-grid:ROWS` (SGLang's fused MoE kernels as bench k2's standard path runs them
+with SGLang's default config / as tools/device/sglang_moe_tune.py's grid); or
 `k2:FMT:ROWS[:BLOCK][:trace]`: K2 at a TP-8 rank's shapes, TP 1, as bench k2 builds it (FMT bf16 /
 mxfp4, BLOCK as its --block, e.g. `k2:bf16:1:WARM=4`, `k2:mxfp4:8`; `trace` as with --trace).
 PYTHONPATH chooses the tree (`PYTHONPATH=.ab-probe` builds a probe tree's kernels); a second build into
@@ -34,6 +40,8 @@ import json
 import os
 import shutil
 import sys
+import tarfile
+import tempfile
 import time
 import zipfile
 
@@ -87,12 +95,46 @@ def _build_k2(fmt: str, rows: int, block: dict, trace: bool) -> None:
     kernel.warmup(*args, PHASE=-1, grid=(132,), **meta)
 
 
+def _build_sgmoe(rows: int, grid: bool) -> None:
+    """SGLang's fused MoE kernels as bench k2's standard path (`grid` False: SGLang's default config)
+    or the tuner's grid (tools/device/sglang_moe_tune.py) runs them at a TP-8 rank: every
+    `kernel[grid](...)` compiles only (Triton's warmup), so the host code runs through to its end."""
+    import torch
+    from triton.runtime.jit import KernelInterface
+
+    from sgl_k3_mono.compile_check import _placeholder
+    from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts
+    from sgl_k3_mono.k2.synthetic import rank_dims
+
+    d = rank_dims(8)
+    E, I, L, K = d.experts, d.expert_inter, d.latent, 16
+    w13, w2 = _placeholder((E, 2 * I, L), torch.bfloat16), _placeholder((E, L, I), torch.bfloat16)
+    x = torch.zeros(rows, L, dtype=torch.bfloat16)
+    ids = torch.arange(rows * K).view(rows, K) % E
+    wts = torch.full((rows, K), 1.0 / K)
+    configs = [None]
+    if grid:
+        sys.path.insert(0, HERE)
+        from sglang_moe_tune import GRID
+
+        configs = GRID
+    real = KernelInterface.__getitem__
+    KernelInterface.__getitem__ = lambda self, g: (lambda *a, **k: self.run(*a, grid=g, warmup=True, **k))
+    try:
+        for cfg in configs:
+            sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0, config=cfg)(x, ids, wts)
+    finally:
+        KernelInterface.__getitem__ = real
+
+
 def _one(spec: str) -> None:
     if spec == "code":
         return _build_code()
+    if spec.split(":")[0] in ("sgmoe", "sgmoe-grid"):
+        return _build_sgmoe(int(spec.split(":")[1]), spec.startswith("sgmoe-grid"))
     parts = spec.split(":")
     if parts[0] != "k2" or len(parts) < 3:
-        raise SystemExit(f"TCACHE build: {spec!r} is neither `code` nor k2:FMT:ROWS[:BLOCK][:trace]")
+        raise SystemExit(f"TCACHE build: {spec!r} is not `code`, sgmoe[-grid]:ROWS or k2:FMT:ROWS[:BLOCK][:trace]")
     trace = parts[-1] == "trace"
     rest = parts[3:-1] if trace else parts[3:]
     block = {k: int(v) for k, v in (kv.split("=") for kv in (rest[0] if rest else "").split(",") if kv)}
@@ -143,15 +185,25 @@ def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
             manifest["entries"] = {**old["entries"], **entries}
     json.dump(manifest, open(path, "w"), indent=1)
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
-    print(f"TCACHE {len(manifest['entries'])} entries, {size / 2**20:.1f} MiB in {out}")
+    # what travels: xz takes the cubins to about a tenth (the call's tree and carries share 64 MiB)
+    with tarfile.open(out.rstrip("/") + ".txz", "w:xz") as tar:
+        tar.add(out, arcname=".")
+    print(f"TCACHE {len(manifest['entries'])} entries, {size / 2**20:.1f} MiB in {out}, "
+          f"{os.path.getsize(out.rstrip('/') + '.txz') / 2**20:.2f} MiB in {out.rstrip('/')}.txz")
     return 0
 
 
 def install(src: str) -> int:
-    """Copy the entries into this machine's Triton cache (TRITON_CACHE_DIR, else Triton's
-    default), their groups pointing at the copies, if this Triton's key is theirs."""
+    """Copy the entries (a build's folder, or its .txz) into this machine's Triton cache
+    (TRITON_CACHE_DIR, else Triton's default), their groups pointing at the copies, if this
+    Triton's key is theirs."""
     from triton.runtime.cache import triton_key
 
+    if src.endswith(".txz"):
+        with tempfile.TemporaryDirectory() as tmp:
+            with tarfile.open(src, "r:xz") as tar:
+                tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            return install(tmp)
     m = json.load(open(os.path.join(src, MANIFEST)))
     own = _key_digest(triton_key())
     if own != m["key_sha256"]:
@@ -174,10 +226,32 @@ def install(src: str) -> int:
     return 0
 
 
+def check(src: str, specs: list[str]) -> int:
+    """Here, after a build: install `src` into an empty cache under the key the device will compute,
+    then compile `specs` again (this tree's); each compile must be a cache hit."""
+    import triton
+
+    from sgl_k3_mono.compile_check import _stub_driver
+
+    _keyed_as_cp312(json.load(tarfile.open(src, "r:xz").extractfile("./" + MANIFEST))["cp312_libtriton_sha256"])
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache
+        install(src)
+        hits: list = []
+        triton.knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+        _stub_driver("sm_90")
+        for spec in specs:
+            _one(spec)
+    print(f"TCACHE check: {len(hits)} compiles, {sum(hits)} cache hits")
+    return 0 if hits and all(hits) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     a = list(sys.argv[1:] if argv is None else argv)
     if len(a) >= 2 and a[0] == "install":
         return install(a[1])
+    if len(a) >= 3 and a[0] == "check":
+        return check(a[1], a[2:])
     if len(a) >= 3 and a[0] == "build":
         wheel = None
         if "--cp312-wheel" in a:
