@@ -16,7 +16,8 @@ while its cold ways compiled.
 
 SPEC: `code` (l2_stream's code_sweep kernels, bench k2's after_code_110kb / code_22kb);
 `sgmoe:ROWS` / `sgmoe-grid:ROWS` (SGLang's fused MoE kernels as bench k2's standard path runs them
-with SGLang's default config / as tools/device/sglang_moe_tune.py's grid); or
+with SGLang's default config / as tools/device/sglang_moe_tune.py's grid); `sgseam:ROWS` (SGLang's
+attention-residual mix, the standard seam's Triton kernels); or
 `k2:FMT:ROWS[:BLOCK][:trace]`: K2 at a TP-8 rank's shapes, TP 1, as bench k2 builds it (FMT bf16 /
 mxfp4, BLOCK as its --block, e.g. `k2:bf16:1:WARM=4`, `k2:mxfp4:8`; `trace` as with --trace).
 PYTHONPATH chooses the tree (`PYTHONPATH=.ab-probe` builds a probe tree's kernels); a second build into
@@ -35,6 +36,7 @@ prints `TCACHE`, and a timed run that compiles nothing starts at once.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -100,7 +102,6 @@ def _build_sgmoe(rows: int, grid: bool) -> None:
     or the tuner's grid (tools/device/sglang_moe_tune.py) runs them at a TP-8 rank: every
     `kernel[grid](...)` compiles only (Triton's warmup), so the host code runs through to its end."""
     import torch
-    from triton.runtime.jit import KernelInterface
 
     from sgl_k3_mono.compile_check import _placeholder
     from sgl_k3_mono.k2.sglang_moe import sglang_routed_experts
@@ -118,13 +119,47 @@ def _build_sgmoe(rows: int, grid: bool) -> None:
         from sglang_moe_tune import GRID
 
         configs = GRID
-    real = KernelInterface.__getitem__
-    KernelInterface.__getitem__ = lambda self, g: (lambda *a, **k: self.run(*a, grid=g, warmup=True, **k))
-    try:
+    with _compile_only_sm90():
         for cfg in configs:
             sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0, config=cfg)(x, ids, wts)
+
+
+def _build_sgseam(rows: int) -> None:
+    """SGLang's attention-residual mix (its Triton score and combine kernels) as bench k2's
+    standard seam runs it at a TP-8 rank: H 7168, 8 bank rows, 4 of them valid."""
+    import torch
+
+    from sgl_k3_mono.k2.synthetic import rank_dims
+    from sgl_k3_mono.standard_seam import _import_attn_residual, _Weights
+
+    H, bf = rank_dims(8).hidden, torch.bfloat16
+    attn_residual, how = _import_attn_residual()
+    if attn_residual is None:
+        raise SystemExit(f"TCACHE build: SGLang's attn_residual: {how}")
+    with _compile_only_sm90():
+        attn_residual._mix_fused(torch.zeros(rows, H, dtype=bf), torch.zeros(rows, 8, H, dtype=bf), 4,
+                                 _Weights(torch.ones(1, H, dtype=bf)), _Weights(torch.ones(H, dtype=bf), 1e-6))
+
+
+@contextlib.contextmanager
+def _compile_only_sm90():
+    """Every `kernel[grid](...)` compiles only (Triton's warmup), so host code runs through to its
+    end on the CPU; and SGLang's kernels take the launch options it gives them on sm_90 (PDL:
+    `is_arch_support_pdl`, which finds no GPU here; the device's first build had them, 57th)."""
+    from triton.runtime.jit import KernelInterface
+
+    from sgl_k3_mono.k2.sglang_moe import _sgl_kernel_for_import
+
+    with _sgl_kernel_for_import():
+        import sglang.kernels.ops.moe.fused_moe_triton_kernels as fmk
+        import sglang.kernels.ops.moe.moe_align_small_numel as msn
+    real = KernelInterface.__getitem__, fmk.is_arch_support_pdl, msn.is_arch_support_pdl
+    KernelInterface.__getitem__ = lambda self, g: (lambda *a, **k: self.run(*a, grid=g, warmup=True, **k))
+    fmk.is_arch_support_pdl = msn.is_arch_support_pdl = lambda: True
+    try:
+        yield
     finally:
-        KernelInterface.__getitem__ = real
+        KernelInterface.__getitem__, fmk.is_arch_support_pdl, msn.is_arch_support_pdl = real
 
 
 def _one(spec: str) -> None:
@@ -132,9 +167,11 @@ def _one(spec: str) -> None:
         return _build_code()
     if spec.split(":")[0] in ("sgmoe", "sgmoe-grid"):
         return _build_sgmoe(int(spec.split(":")[1]), spec.startswith("sgmoe-grid"))
+    if spec.split(":")[0] == "sgseam":
+        return _build_sgseam(int(spec.split(":")[1]))
     parts = spec.split(":")
     if parts[0] != "k2" or len(parts) < 3:
-        raise SystemExit(f"TCACHE build: {spec!r} is not `code`, sgmoe[-grid]:ROWS or k2:FMT:ROWS[:BLOCK][:trace]")
+        raise SystemExit(f"TCACHE build: {spec!r} is not `code`, sgmoe[-grid]:ROWS, sgseam:ROWS or k2:FMT:ROWS[:BLOCK][:trace]")
     trace = parts[-1] == "trace"
     rest = parts[3:-1] if trace else parts[3:]
     block = {k: int(v) for k, v in (kv.split("=") for kv in (rest[0] if rest else "").split(",") if kv)}

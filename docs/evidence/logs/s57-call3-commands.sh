@@ -1,0 +1,3 @@
+# s57 call 3 (inline on call 1's warm H100, as it ran): the WARM probe's builds interleaved, untimed trace off.
+# Carry [".whl", ".ab-probe", ".tcache.txz"] (call 1's).
+source tools/device/env.sh > /tmp/env.log 2>&1; grep TCACHE /tmp/env.log; cd .ab-probe && ( PYTHONPATH=/tmp/site:$PWD timeout 300 python3 -m sgl_k3_mono.k2.bench --formats bf16 --rows 1 --no-phases --l2-cold --cold-ways l2_cold,after_code_110kb --block '' --block WARM=4 --block WARM=5 --block '' --block WARM=4 --block WARM=5 --block '' 2>&1 | grep -E "^K2BENCH bf16 |Error|Traceback" | cut -c1-250 ) | tee "$OUT/k2-warm45-ab.log"; cd ..; tcache_compiled
