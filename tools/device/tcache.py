@@ -30,8 +30,10 @@ machine's 3.11 one (the Python files are the same): `build` therefore keys entri
 `install` installs nothing unless the device's own key is the one the entries were built for.
 The rest of the key (the kernel's source, its specialisation, ptxas's version, the options)
 is what a launch there computes: compile_check's argument builder gives the specialisation a
-real launch gets. Whether the device's launches find the entries is seen only there: `install`
-prints `TCACHE`, and a timed run that compiles nothing starts at once.
+real launch gets, and SGLang's kernels get the launch options SGLang gives them on sm_90. On an
+H100 (fifty-seventh session) the K2 builds and code kernels were found; SGLang's kernels missed
+until they got PDL, after which the CPU wrote the very keys the device had compiled under
+(docs/evidence/k2-sm90.md). `install` prints `TCACHE`; env.sh's `tcache_compiled` lists the misses.
 """
 
 from __future__ import annotations
