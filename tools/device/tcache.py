@@ -3,9 +3,10 @@ does not spend its device time compiling what a call is about to time.
 
 Why: a device call starts on a bare machine with an empty cache. Before anything is timed it
 compiles bench k2's after_code_110kb kernels (five of 256 unrolled bodies, 15-17 s each here, one
-after the other), the K2 builds the call compares (6-13 s each here) and SGLang's standard
-kernels (not built here); the fifty-sixth session's K2 MXFP4 8-row row ran out of its limit
-while its cold ways compiled.
+after the other), the K2 builds the call compares (6-13 s each here) and the standard path's
+Triton kernels (SGLang's fused MoE and seam mix); the fifty-sixth session's K2 MXFP4 8-row row ran
+out of its limit while its cold ways compiled. Not built here: the step's K1 / K2 builds (no spec
+yet), SGLang's JIT kernels (nvcc through tvm-ffi) and Triton's launcher stubs (gcc, there).
 
     .venv-t36/bin/python tools/device/tcache.py build .tcache SPEC...   # here (tools/setup_triton36.sh)
     python3 tools/device/tcache.py install .tcache.txz                  # there: env.sh, when carried
@@ -32,8 +33,9 @@ The rest of the key (the kernel's source, its specialisation, ptxas's version, t
 is what a launch there computes: compile_check's argument builder gives the specialisation a
 real launch gets, and SGLang's kernels get the launch options SGLang gives them on sm_90. On an
 H100 (fifty-seventh session) the K2 builds and code kernels were found; SGLang's kernels missed
-until they got PDL, after which the CPU wrote the very keys the device had compiled under
-(docs/evidence/k2-sm90.md). `install` prints `TCACHE`; env.sh's `tcache_compiled` lists the misses.
+until they got PDL, after which the CPU wrote the very keys the device had compiled under, and a
+fresh machine compiled nothing for bench k2 bf16 (docs/evidence/k2-sm90.md). `install` prints
+`TCACHE`; env.sh's `tcache_compiled` lists the misses.
 """
 
 from __future__ import annotations
