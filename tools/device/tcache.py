@@ -84,14 +84,13 @@ def _keyed_as_cp312(cp312_lib_sha: str) -> str:
 
 
 def _build_code() -> None:
+    """code_sweep as bench k2 runs it (up to five kernels on every SM), compiled only."""
     import torch
 
     from sgl_k3_mono.runtime import l2_stream
 
-    x = torch.zeros(1 << 20, dtype=torch.float32)
-    out = torch.zeros(132, 128, dtype=torch.float32)
-    for seed in range(5):  # (code_sweep's own arguments: bench k2 runs up to five on every SM)
-        l2_stream._code_sweep.warmup(x, out, STEPS=256, SEED=seed, num_warps=4, num_stages=1, grid=(132,))
+    with _compile_only():
+        l2_stream.code_sweep(torch.zeros(1 << 20), torch.zeros(132, 128), kernels=5)
 
 
 def _build_k2(fmt: str, rows: int, block: dict, trace: bool) -> None:
@@ -123,7 +122,7 @@ def _build_sgmoe(rows: int, grid: bool) -> None:
         from sglang_moe_tune import GRID
 
         configs = GRID
-    with _compile_only_sm90():
+    with _compile_only(), _sglang_pdl():
         for cfg in configs:
             sglang_routed_experts(w13, w2, top_k=K, rows=rows, beta=4.0, linear_beta=25.0, config=cfg)(x, ids, wts)
 
@@ -140,30 +139,40 @@ def _build_sgseam(rows: int) -> None:
     attn_residual, how = _import_attn_residual()
     if attn_residual is None:
         raise SystemExit(f"TCACHE build: SGLang's attn_residual: {how}")
-    with _compile_only_sm90():
+    with _compile_only(), _sglang_pdl():
         attn_residual._mix_fused(torch.zeros(rows, H, dtype=bf), torch.zeros(rows, 8, H, dtype=bf), 4,
                                  _Weights(torch.ones(1, H, dtype=bf)), _Weights(torch.ones(H, dtype=bf), 1e-6))
 
 
 @contextlib.contextmanager
-def _compile_only_sm90():
-    """Every `kernel[grid](...)` compiles only (Triton's warmup), so host code runs through to its
-    end on the CPU; and SGLang's kernels take the launch options it gives them on sm_90 (PDL:
-    `is_arch_support_pdl`, which finds no GPU here; the device's first build had them, 57th)."""
+def _compile_only():
+    """Every `kernel[grid](...)` compiles only (Triton's warmup), so the host code around it
+    runs through to its end on the CPU."""
     from triton.runtime.jit import KernelInterface
 
+    real = KernelInterface.__getitem__
+    KernelInterface.__getitem__ = lambda self, g: (lambda *a, **k: self.run(*a, grid=g, warmup=True, **k))
+    try:
+        yield
+    finally:
+        KernelInterface.__getitem__ = real
+
+
+@contextlib.contextmanager
+def _sglang_pdl():
+    """SGLang's kernels take the launch options it gives them on sm_90 (PDL: its
+    `is_arch_support_pdl` finds no GPU here; the device's first build had them, 57th)."""
     from sgl_k3_mono.k2.sglang_moe import _sgl_kernel_for_import
 
     with _sgl_kernel_for_import():
         import sglang.kernels.ops.moe.fused_moe_triton_kernels as fmk
         import sglang.kernels.ops.moe.moe_align_small_numel as msn
-    real = KernelInterface.__getitem__, fmk.is_arch_support_pdl, msn.is_arch_support_pdl
-    KernelInterface.__getitem__ = lambda self, g: (lambda *a, **k: self.run(*a, grid=g, warmup=True, **k))
+    real = fmk.is_arch_support_pdl, msn.is_arch_support_pdl
     fmk.is_arch_support_pdl = msn.is_arch_support_pdl = lambda: True
     try:
         yield
     finally:
-        KernelInterface.__getitem__, fmk.is_arch_support_pdl, msn.is_arch_support_pdl = real
+        fmk.is_arch_support_pdl, msn.is_arch_support_pdl = real
 
 
 def _one(spec: str) -> None:
