@@ -86,3 +86,42 @@ def test_build_refuses_a_triton_other_than_the_devices(tmp_path):
 def test_spec_names_are_checked(tmp_path):
     with pytest.raises(SystemExit, match="is not"):
         _tcache()._one("k3:bf16")
+
+
+def test_a_devices_harvest_merges_into_the_folder_under_its_key_only(tmp_path, monkeypatch, capsys):
+    """harvest (there): only what was compiled after the install mark; merge (here): into the
+    folder and its .txz, listed as harvest:LABEL, and refused under another key."""
+    import os
+    import tarfile
+    import time
+
+    from triton.runtime.cache import triton_key
+
+    tc = _tcache()
+    key = hashlib.sha256(triton_key().encode()).hexdigest()
+    cache = tmp_path / "cache"
+    for h in ("OLD", "NEW"):
+        (cache / h).mkdir(parents=True)
+        (cache / h / "k.cubin").write_bytes(h.encode())
+        (cache / h / "k.json").write_text("{}")
+        (cache / h / "__grp__k.json").write_text("{}")
+    (cache / "LAUNCHER").mkdir()
+    (cache / "LAUNCHER" / "__triton_launcher.so").write_bytes(b"so")
+    mark = tmp_path / "installed"
+    mark.touch()
+    past = time.time() - 60
+    os.utime(cache / "OLD" / "__grp__k.json", (past, past))
+    os.utime(mark, (past + 1, past + 1))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(cache))
+    assert tc.harvest(str(tmp_path / "h.txz"), since=str(mark)) == 0
+    folder = _entries(tmp_path, key)
+    assert tc.merge(str(folder), str(tmp_path / "h.txz"), "s58-call1") == 0
+    m = json.loads((folder / "tcache-manifest.json").read_text())
+    assert m["entries"] == {"H1": ["k.cubin", "k.json"], "NEW": ["k.cubin", "k.json"]}
+    assert m["specs"] == ["code", "harvest:s58-call1"]
+    assert json.loads((folder / "NEW" / "__grp__k.json").read_text())["child_paths"]["k.cubin"] == "k.cubin"
+    with tarfile.open(str(folder) + ".txz") as tar:
+        assert "./NEW/k.cubin" in tar.getnames()
+    other = _entries(tmp_path / "o", "e" * 64)
+    with pytest.raises(SystemExit, match="another key|is keyed"):
+        tc.merge(str(other), str(tmp_path / "h.txz"), "x")

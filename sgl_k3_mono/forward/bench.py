@@ -19,6 +19,12 @@ M = 1, 2, 4, 8:
 - K2 block (`--k2-block KEY=V,...`): ours with every K2 launched with those options
   over the step's own (k2/options.py), e.g. XL2B=256,XL2BD=256: the routed experts'
   loads ask L2 for the aligned 256 bytes around them;
+- `--full`: all of Kimi-K3's 93 layers in its own order (69 KDA with K1, 24 MLA, layer 0
+  dense, 92 MoE with K2; attn-res blocks of 12) instead of the slice, with every MoE layer
+  holding one shared routed-expert store (a rank's 896 bf16 experts are 7.4 GB a layer;
+  the rest of the model is about 24 GB): each layer's router picks its own experts and
+  reads them from HBM, as between two MoE layers some 260 MB of other weights pass
+  through the 50 MB L2. The whole-step columns are then a served step's shape;
 - `--kernels`: each kernel of one replay of ours as the profiler saw it (duration, idle gap
   before it); `--order-check`: ours and the bare step again, back to back, right after the
   first timing and after every column (the launches column's two terms from one moment);
@@ -60,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="sgl-k3-mono bench step", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--layers", type=int, default=4, help="layers of the slice (the last one is MLA)")
+    ap.add_argument("--full", action="store_true",
+                    help="all 93 layers in Kimi-K3's order instead of a slice (--layers not read); every MoE "
+                         "layer holds one shared routed-expert store, which its own router reads from HBM")
     ap.add_argument("--experts", type=int, default=896)
     ap.add_argument("--fmt", default="mxfp4", choices=("bf16", "mxfp4"))
     ap.add_argument("--vocab", type=int, default=8192)
@@ -88,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = ap.parse_args(argv)
 
+    if args.full and args.tp > 1:
+        print("bench step: --full runs at TP 1 (one rank's widths on this GPU)", file=sys.stderr)
+        return 2
     import torch
 
     from sgl_k3_mono.k2 import bench_tp
@@ -116,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     from sgl_k3_mono.forward.warm import warm
     from sgl_k3_mono.k2.bench import copy_bandwidth_gb_s
 
-    s = harness.shape("real", experts=args.experts, layers=args.layers, vocab=args.vocab, expert_format=args.fmt)
+    s = harness.shape("full" if args.full else "real", experts=args.experts, layers=args.layers, vocab=args.vocab,
+                      expert_format=args.fmt)
     d = s.dims  # one TP-8 rank's widths: every rank's, at any --tp (the floor's dims)
     dev = bench_tp.rank_device(rank)
-    if world == 1:
+    if args.full:
+        w = harness.random_weights(s, seed=0, device=dev, share_experts=True)
+        model = harness.step_model(w)
+    elif world == 1:
         w = _device_weights(s)
         model = harness.step_model(w)
     else:
@@ -135,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             say("bench step: at TP > 1 the common parts run as the tests' fp32 hooks over NCCL (--common fp32), "
                 "and --l2-next is not timed")
             args.common, args.l2_next = "fp32", False
-    say(f"step bench: {d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0), H {d.hidden}, "
+    layers = (f"Kimi-K3's {d.layers} layers ({len(d.kda_layers)} KDA, {len(d.mla_layers)} MLA, dense 0; the MoE "
+              f"layers' routed experts one shared store)" if args.full else
+              f"{d.layers} layers (KDA {list(d.kda_layers)}, MLA {list(d.mla_layers)}, dense 0)")
+    say(f"step bench: {layers}, H {d.hidden}, "
         f"{d.kda_heads} KDA / {d.mla_heads} MLA heads a rank, E {d.experts} {args.fmt}, vocab {d.vocab}; TP {world} "
         f"(every figure the slowest rank's); read bandwidth {read_gb_s:.0f} GB/s; common parts: {args.common}")
     say(f"{'M':>2} {'ours us':>8} {'std us':>8} {'bare us':>8} {'launches us':>12} {'std launches us':>16} "
@@ -232,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         lsp = f"{(std - bare) / ours:14.2f}x" if std else f"{'n/a':>15}"
         say(f"{m:>2} {full:8.1f} {std_s} {bare:8.1f} {ours:12.1f} {std_l} {sp} {lsp} {floor_us:9.1f} "
               f"{floor_us / ours:15.2f} {with_l2:15.1f}" + (f" {with_blk:16.1f}" if args.k2_block else "")
-              + f"   experts/layer {sorted(touched.values())}"
+              + f"   experts/layer {_spread(touched.values())}"
               + (f"; standard: KDA {std_what['kda']}, experts {std_what['experts']}" if std else ""), flush=True)
         if kern is not None:
             _print_kernels(say, m, kern)
@@ -242,6 +261,12 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def _spread(counts) -> str:
+    """A few layers' counts as a list; many as min / median / max."""
+    c = sorted(counts)
+    return str(c) if len(c) <= 8 else f"min {c[0]} median {c[len(c) // 2]} max {c[-1]} over {len(c)} layers"
 
 
 def _parse_block(spec: str) -> dict:

@@ -48,7 +48,9 @@ def shape(name: str, *, experts: int = 128, layers: int = 4, vocab: int = 8192,
     intermediate 384, shared 768, dense 4224) with `layers` layers in the tiny schedule
     (KDA, then MLA last; block writes every 2 layers), `experts` routed experts and a
     `vocab`-token vocabulary (both reduced: they set weight bytes, not widths); with `tp`,
-    the model whose TP-`tp` ranks have those widths (`bench step --tp`)."""
+    the model whose TP-`tp` ranks have those widths (`bench step --tp`). "full": those
+    widths in Kimi-K3's own schedule, all of its layers (93: layer 0 dense, MLA at 3, 7,
+    .., 91 and 92, attn-res blocks of 12); `layers` is not read."""
     from sgl_k3_mono.configs import load_config
 
     if name in ("tiny", "tiny8"):
@@ -66,32 +68,50 @@ def shape(name: str, *, experts: int = 128, layers: int = 4, vocab: int = 8192,
         d = dataclasses.replace(base, layers=layers, kda_layers=tuple(range(layers - 1)),
                                 mla_layers=(layers - 1,), attn_res_block=2, experts=experts, vocab=vocab,
                                 dense_inter=base.dense_inter // 8 * tp)
+    elif name == "full":
+        from sgl_k3_mono.k2.synthetic import rank_dims
+
+        if tp != 1:
+            raise ValueError("harness shape 'full': one TP-8 rank's widths at TP 1 only")
+        base = rank_dims(8)
+        tc = load_config("kimi-k3")["text_config"]
+        d = dataclasses.replace(base, experts=experts, vocab=vocab, dense_inter=base.dense_inter // 8)
     else:
-        raise ValueError(f"harness shape {name!r}: 'tiny', 'tiny8' or 'real'")
+        raise ValueError(f"harness shape {name!r}: 'tiny', 'tiny8', 'real' or 'full'")
     mla = tuple(int(tc[k]) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
                                      "v_head_dim"))
     return HarnessShape(name, d, mla, expert_format)
 
 
+def _randn(g, *shape):
+    return torch.randn(*shape, generator=g, device=g.device)
+
+
 def _lin(g, rows, cols):
-    return (torch.randn(rows, cols, generator=g) / cols ** 0.5).bfloat16()
+    return (_randn(g, rows, cols) / cols ** 0.5).bfloat16()
 
 
 def _near_one(g, n):
-    return (1 + 0.1 * torch.randn(n, generator=g)).bfloat16()
+    return (1 + 0.1 * _randn(g, n)).bfloat16()
 
 
 def _seam(g, h) -> SeamWeights:
-    return SeamWeights((torch.randn(1, h, generator=g) * 0.05).bfloat16(), _near_one(g, h), _near_one(g, h))
+    return SeamWeights((_randn(g, 1, h) * 0.05).bfloat16(), _near_one(g, h), _near_one(g, h))
 
 
-def random_weights(s: HarnessShape, *, seed: int = 0) -> ModelWeights:
-    """Unsharded random weights on the CPU, in the reference step's form."""
+def random_weights(s: HarnessShape, *, seed: int = 0, device="cpu", share_experts: bool = False) -> ModelWeights:
+    """Unsharded random weights on `device` (the CPU's numbers for a seed are not another
+    device's), in the reference step's form. `share_experts`: every MoE layer holds the first
+    one's routed expert store (same tensors), its other weights its own: how the full model
+    fits one GPU (a TP-8 rank's 896 bf16 experts are 7.4 GB a layer). A layer still reads its
+    experts from HBM: its own router picks them, and between two MoE layers far more bytes
+    than L2 holds pass through it."""
     from sgl_k3_mono.k2.synthetic import random_k2_weights
 
     d = s.dims
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator(device=device).manual_seed(seed)
     h = d.hidden
+    shared = None
     q_lora, kv_lora, nope, rope, v = s.mla
     layers = []
     for i in range(d.layers):
@@ -99,7 +119,8 @@ def random_weights(s: HarnessShape, *, seed: int = 0) -> ModelWeights:
         k1 = mla = None
         if d.is_kda(i):
             k1 = dataclasses.replace(K1Weights.random(h, d.kda_heads, d.kda_head_dim, d.conv_width,
-                                                      lower_bound=d.gate_lower_bound, seed=seed + 100 + i), seam=seam)
+                                                      lower_bound=d.gate_lower_bound, seed=seed + 100 + i,
+                                                      device=device), seam=seam)
             attn_width = d.kda_heads * d.kda_head_dim
         else:
             mla = MLAWeights(_lin(g, q_lora + kv_lora + rope, h), _near_one(g, q_lora), _near_one(g, kv_lora),
@@ -108,7 +129,10 @@ def random_weights(s: HarnessShape, *, seed: int = 0) -> ModelWeights:
             attn_width = d.mla_heads * v
         k2 = dense = None
         if d.is_moe(i):
-            k2 = random_k2_weights(d, fmt=s.expert_format, device="cpu", seed=seed + 1000 + i, attn_width=attn_width)
+            k2 = random_k2_weights(d, fmt=s.expert_format, device=device, seed=seed + 1000 + i,
+                                   attn_width=attn_width, experts=shared)
+            if share_experts:
+                shared = k2.moe.experts
         else:
             dense = DenseLayer(_lin(g, h, attn_width), _seam(g, h), _lin(g, 2 * d.dense_inter, h),
                                _lin(g, h, d.dense_inter))

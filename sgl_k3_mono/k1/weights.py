@@ -170,26 +170,30 @@ class K1Weights:
 
     @classmethod
     def random(cls, hidden: int, heads: int, head_dim: int, conv_width: int = 4, *,
-               lower_bound: float | None = -5.0, seed: int = 0) -> "K1Weights":
-        """Random weights of realistic scale (normal / sqrt(fan_in)), for tests and benches."""
-        gen = torch.Generator().manual_seed(seed)
+               lower_bound: float | None = -5.0, seed: int = 0, device="cpu") -> "K1Weights":
+        """Random weights of realistic scale (normal / sqrt(fan_in)), for tests and benches,
+        generated on `device` (a seed gives other numbers on another device)."""
+        gen = torch.Generator(device=device).manual_seed(seed)
         p = heads * head_dim
 
+        def randn(*shape: int) -> torch.Tensor:
+            return torch.randn(*shape, generator=gen, device=device)
+
         def lin(o: int, i: int) -> torch.Tensor:
-            return (torch.randn(o, i, generator=gen) / i ** 0.5).bfloat16()
+            return (randn(o, i) / i ** 0.5).bfloat16()
 
         def near_one(n: int) -> torch.Tensor:
-            return (1 + 0.1 * torch.randn(n, generator=gen)).bfloat16()
+            return (1 + 0.1 * randn(n)).bfloat16()
 
         return cls(
             q=lin(p, hidden), k=lin(p, hidden), v=lin(p, hidden), g=lin(p, hidden),
             f_a=lin(head_dim, hidden), b=lin(heads, hidden), f_b=lin(p, head_dim),
-            conv=torch.randn(3 * p, conv_width, generator=gen) / conv_width ** 0.5,
-            a_log=torch.log(torch.empty(heads).uniform_(1, 16, generator=gen)),
-            dt_bias=0.5 * torch.randn(p, generator=gen),
+            conv=randn(3 * p, conv_width) / conv_width ** 0.5,
+            a_log=torch.log(torch.empty(heads, device=device).uniform_(1, 16, generator=gen)),
+            dt_bias=0.5 * randn(p),
             o_norm=near_one(head_dim),
             seam=SeamWeights(
-                proj=(torch.randn(1, hidden, generator=gen) * 0.05).bfloat16(),
+                proj=(randn(1, hidden) * 0.05).bfloat16(),
                 score_norm=near_one(hidden),
                 out_norm=near_one(hidden),
             ),

@@ -35,8 +35,11 @@ def _experts(g, d: K3Dims, fmt: str, device, *, inter: int, fan_in: int):
     raise ValueError(f"random_k2_weights: fmt {fmt!r}: bf16 or mxfp4")
 
 
-def random_k2_weights(d: K3Dims, *, fmt: str, device, seed: int = 0, attn_width: int | None = None) -> K2Weights:
-    """Unsharded (TP-1) K2 weights of dims `d`, generated on `device`."""
+def random_k2_weights(d: K3Dims, *, fmt: str, device, seed: int = 0, attn_width: int | None = None,
+                      experts=None) -> K2Weights:
+    """Unsharded (TP-1) K2 weights of dims `d`, generated on `device`; `experts`: a routed
+    expert store to hold instead of generating one (the generator then skips its draws, so
+    the other tensors' numbers differ from a generated store's layer)."""
     g = torch.Generator(device=device).manual_seed(seed)
     H, E, L, I = d.hidden, d.experts, d.latent, d.expert_inter
     S = d.expert_inter * d.shared_experts
@@ -48,7 +51,8 @@ def random_k2_weights(d: K3Dims, *, fmt: str, device, seed: int = 0, attn_width:
     def norm(n):
         return (1 + 0.1 * torch.randn(n, generator=g, device=device)).bfloat16()
 
-    experts = _experts(g, d, fmt, device, inter=I, fan_in=I)
+    if experts is None:
+        experts = _experts(g, d, fmt, device, inter=I, fan_in=I)
     moe = MoeWeights(
         shared_gate_up=lin(2 * S, H), shared_down=lin(H, S), router=lin(E, H),
         router_bias=0.01 * torch.randn(E, generator=g, device=device), latent_down=lin(L, H),

@@ -5,13 +5,16 @@ Why: a device call starts on a bare machine with an empty cache. Before anything
 compiles bench k2's after_code_110kb kernels (five of 256 unrolled bodies, 15-17 s each here, one
 after the other), the K2 builds the call compares (6-13 s each here) and the standard path's
 Triton kernels (SGLang's fused MoE and seam mix); the fifty-sixth session's K2 MXFP4 8-row row ran
-out of its limit while its cold ways compiled. Not built here: the step's K1 / K2 builds (no spec
-yet), SGLang's JIT kernels (nvcc through tvm-ffi) and Triton's launcher stubs (gcc, there).
+out of its limit while its cold ways compiled. Not built here: the step's K1 / K2 builds (no spec:
+`harvest` brings a device call's compiles back and `merge` adds them, under the key they were made
+with), SGLang's JIT kernels (nvcc through tvm-ffi) and Triton's launcher stubs (gcc, there).
 
     .venv-t36/bin/python tools/device/tcache.py build .tcache SPEC...   # here (tools/setup_triton36.sh)
     python3 tools/device/tcache.py install .tcache.txz                  # there: env.sh, when carried
     .venv-t36/bin/python tools/device/tcache.py check .tcache.txz SPEC...  # here: installed under the
                                         # device's key, the specs compile again as cache hits
+    python3 tools/device/tcache.py harvest $OUT/tc-harvest.txz         # there, after a call: its misses
+    .venv/bin/python tools/device/tcache.py merge .tcache FILE LABEL    # here: into the folder and .txz
 
 (build leaves the folder and its .txz, which is what a call carries: about a tenth of the size.)
 
@@ -211,13 +214,25 @@ def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
         t = time.time()
         _one(spec)
         print(f"TCACHE built {spec} in {time.time() - t:.1f} s", flush=True)
+    entries = _copy_entries(work, out)
+    manifest = {"triton": TRITON_VERSION, "key_sha256": _key_digest(key), "cp312_libtriton_sha256": lib_sha,
+                "specs": specs, "entries": entries}
+    _add_to(out, manifest)
+    return 0
+
+
+def _copy_entries(cache: str, out: str, newer_than: float = 0.0) -> dict:
+    """Each compiled kernel of Triton's cache folder `cache` (its group file newer than
+    `newer_than`) into `out`: metadata and cubin, its group naming them relatively."""
     os.makedirs(out, exist_ok=True)
     entries = {}
-    for h in sorted(os.listdir(work)):
-        src = os.path.join(work, h)
+    for h in sorted(os.listdir(cache)):
+        src = os.path.join(cache, h)
+        if not os.path.isdir(src):
+            continue
         grp = [f for f in os.listdir(src) if f.startswith("__grp__")]
-        if len(grp) != 1:
-            continue  # (a launcher's .so or a half-written entry: the device builds its own launcher)
+        if len(grp) != 1 or os.path.getmtime(os.path.join(src, grp[0])) <= newer_than:
+            continue  # (a launcher's .so, a half-written entry, or one there before: the device builds launchers)
         dst = os.path.join(out, h)
         os.makedirs(dst, exist_ok=True)
         kept = [f for f in os.listdir(src) if f.endswith(KEEP) and not f.startswith("__grp__")]
@@ -225,14 +240,18 @@ def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
             shutil.copyfile(os.path.join(src, f), os.path.join(dst, f))
         json.dump({"child_paths": {f: f for f in kept}}, open(os.path.join(dst, grp[0]), "w"))
         entries[h] = sorted(kept)
-    manifest = {"triton": TRITON_VERSION, "key_sha256": _key_digest(key), "cp312_libtriton_sha256": lib_sha,
-                "specs": specs, "entries": entries}
+    return entries
+
+
+def _add_to(out: str, manifest: dict) -> None:
+    """Write `manifest` for the entries in `out`, after those a manifest there already lists
+    under the same key (a second build, or a merge, adds to the first), then pack `out`."""
     path = os.path.join(out, MANIFEST)
-    if os.path.exists(path):  # a second build into `out` (another tree's kernels) adds to the first
+    if os.path.exists(path):
         old = json.load(open(path))
         if old["key_sha256"] == manifest["key_sha256"]:
-            manifest["specs"] = old["specs"] + [s for s in specs if s not in old["specs"]]
-            manifest["entries"] = {**old["entries"], **entries}
+            manifest["specs"] = old["specs"] + [s for s in manifest["specs"] if s not in old["specs"]]
+            manifest["entries"] = {**old["entries"], **manifest["entries"]}
     json.dump(manifest, open(path, "w"), indent=1)
     size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
     # what travels: xz takes the cubins to about a tenth (the call's tree and carries share 64 MiB)
@@ -240,6 +259,45 @@ def build(out: str, specs: list[str], cp312_wheel: str | None) -> int:
         tar.add(out, arcname=".")
     print(f"TCACHE {len(manifest['entries'])} entries, {size / 2**20:.1f} MiB in {out}, "
           f"{os.path.getsize(out.rstrip('/') + '.txz') / 2**20:.2f} MiB in {out.rstrip('/')}.txz")
+
+
+def _cache_dir() -> str:
+    return os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+
+
+def harvest(dst: str, since: str = "/tmp/tcache-installed") -> int:
+    """There, after a call: the kernels this machine compiled after `since` was touched (env.sh
+    touches it at install: the call's misses) as an archive `dst` (.txz), keyed as this Triton
+    keys them, for `merge` into the folder a later call carries."""
+    import triton
+    from triton.runtime.cache import triton_key
+
+    t0 = os.path.getmtime(since) if os.path.exists(since) else 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        entries = _copy_entries(_cache_dir(), tmp, newer_than=t0)
+        json.dump({"triton": triton.__version__, "key_sha256": _key_digest(triton_key()), "entries": entries},
+                  open(os.path.join(tmp, MANIFEST), "w"), indent=1)
+        with tarfile.open(dst, "w:xz") as tar:
+            tar.add(tmp, arcname=".")
+    print(f"TCACHE harvested {len(entries)} entries into {dst}")
+    return 0
+
+
+def merge(out: str, src: str, label: str) -> int:
+    """Here: a device's harvest `src` into the build folder `out` (and its .txz), if its key is
+    the folder's; listed in the manifest's specs as `harvest:LABEL` (a rebuild of the folder
+    from its specs drops these: merge them again)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(src, "r:xz") as tar:
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+        got = json.load(open(os.path.join(tmp, MANIFEST)))
+        have = json.load(open(os.path.join(out, MANIFEST)))
+        if got["key_sha256"] != have["key_sha256"]:
+            raise SystemExit(f"TCACHE merge: {src} was compiled under key {got['key_sha256'][:12]}, "
+                             f"{out} is keyed {have['key_sha256'][:12]}")
+        entries = _copy_entries(tmp, out)
+    _add_to(out, {**have, "specs": [f"harvest:{label}"], "entries": entries})
+    print(f"TCACHE merged {len(entries)} entries from {src}")
     return 0
 
 
@@ -302,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
         return install(a[1])
     if len(a) >= 3 and a[0] == "check":
         return check(a[1], a[2:])
+    if len(a) >= 2 and a[0] == "harvest":
+        return harvest(a[1])
+    if len(a) >= 4 and a[0] == "merge":
+        return merge(a[1], a[2], a[3])
     if len(a) >= 3 and a[0] == "build":
         wheel = None
         if "--cp312-wheel" in a:
