@@ -4,7 +4,7 @@
 source tools/device/env.sh > /tmp/env.log 2>&1; grep TCACHE /tmp/env.log
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 nvidia-smi --query-gpu=memory.used --format=csv,noheader -l 5 > "$OUT/mem.log" 2>&1 &
-( timeout 420 python3 -m sgl_k3_mono.cli bench step --full --fmt bf16 --rows 1,8,2,4 2>&1 \
+( timeout 330 python3 -m sgl_k3_mono.cli bench step --full --fmt bf16 --rows 1,8,2,4 2>&1 \
   | grep -v "Config file not found" ) | tee "$OUT/step-full-bf16.log"
 sort -n "$OUT/mem.log" | tail -1
 tcache_compiled | tail -30
