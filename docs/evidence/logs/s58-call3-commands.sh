@@ -1,4 +1,4 @@
-# s58 call 3: `bench step --full --fmt mxfp4` (no standard column: SGLang keeps no MXFP4 experts on sm_90),
+# s58 call 3 (not run: for the next session, after call 2 on the same machine): `bench step --full --fmt mxfp4` (no standard column: SGLang keeps no MXFP4 experts on sm_90),
 # rows 1 and 8 first, then 2 and 4; the compiles brought back. Carry [".whl", ".tcache.txz"].
 source tools/device/env.sh > /tmp/env.log 2>&1; grep TCACHE /tmp/env.log
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
