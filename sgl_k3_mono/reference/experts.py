@@ -87,7 +87,7 @@ class DenseExperts(ExpertStore):
         return self.w13[e].float(), self.w2[e].float()
 
     def shard(self, rank, tp):
-        if tp == 1:  # the whole store, as is (a copy of a real layer's is 7.4 GB a TP-8 rank)
+        if tp == 1 and rank == 0:  # the whole store, as is (a copy of a real layer's is 7.4 GB a TP-8 rank)
             return self
         il = _check_split(self.inter, tp, "DenseExperts")
         rows = _rank_rows(self.inter, self.inter, rank, tp)
@@ -192,9 +192,9 @@ class Mxfp4Experts(ExpertStore):
     def shard(self, rank, tp):
         if self.layout != "plain":
             raise ValueError(f"Mxfp4Experts.shard: a {self.layout} store is one rank's, as AITER shuffled it")
-        # w2 is sharded in whole scale groups: the loader narrows bytes and scales alike.
-        if tp == 1 and self.w13.shape[1] == 2 * self.inter:  # unpadded: the whole store, as is
+        if tp == 1 and rank == 0 and self.w13.shape[1] == 2 * self.inter:  # unpadded: the whole store, as is
             return self
+        # w2 is sharded in whole scale groups: the loader narrows bytes and scales alike.
         il = _check_split(self.inter, tp, "Mxfp4Experts", group=mxfp4.GROUP)
         rows = _rank_rows(self.inter, self.w13.shape[1] // 2, rank, tp)
         c0 = rank * il

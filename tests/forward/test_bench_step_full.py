@@ -60,3 +60,19 @@ def test_full_runs_through_on_the_cpu_with_its_gpu_pieces_stood_in():
     (row,) = [x for x in lines if x.startswith(" 1 ")]
     assert len(row.split("experts/layer")[0].split()) == 11 and "n/a" not in row, row
     assert "over 92 layers" in row and "experts gathered bmm" in row, row
+
+
+def test_a_tp1_shard_is_the_store_itself_not_a_copy():
+    """(Each layer's copy ran the H100 out of memory in the fifty-eighth session's first
+    `--full` call: a rank's bf16 store is 7.4 GB.) Other ranks' shards are still slices."""
+    import torch
+
+    from sgl_k3_mono.k2.synthetic import _experts
+
+    d = harness.shape("tiny").dims
+    g = torch.Generator().manual_seed(0)
+    for fmt in ("bf16", "mxfp4"):
+        store = _experts(g, d, fmt, "cpu", inter=d.expert_inter, fan_in=d.expert_inter)
+        assert store.shard(0, 1) is store
+        half = store.shard(1, 2)
+        assert half is not store and half.inter == d.expert_inter // 2
